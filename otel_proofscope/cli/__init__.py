@@ -1,0 +1,79 @@
+"""The ``proofscope`` command line: one subcommand per thing a user does."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from otel_proofscope.version import __version__
+
+#: subcommand → module under otel_proofscope.cli that defines register(subparsers).
+SUBCOMMANDS: dict[str, str] = {
+    "demo": "demo_cmd",
+    "gpu": "gpu_cmd",
+    "run": "run_cmd",
+    "serve": "serve_cmd",
+    "replay": "replay_cmd",
+}
+
+DESCRIPTION = """\
+See inside a zero-knowledge proof: proof phases become OpenTelemetry spans, GPU
+activity becomes OpenTelemetry metrics, and both are drawn live in Rerun alongside
+standard OTLP export (Collector → Jaeger, Prometheus/Grafana).
+"""
+
+EPILOG = """\
+examples:
+  proofscope demo                       prove a small network; write ./proofscope-out/
+  proofscope demo --rerun spawn         … and watch it live in the Rerun viewer
+  proofscope gpu                        which GPU metrics this machine can give, and gaps
+  proofscope run -- ./my-prover args    trace any prover process as one proof
+  proofscope serve                      receive OTLP from any language, draw it in Rerun
+  proofscope replay events.jsonl        turn a recorded proof-stream into spans
+
+Configuration uses the standard OTEL_* variables (OTEL_EXPORTER_OTLP_ENDPOINT, …)
+and PROOFSCOPE_* variables; see the README.
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="proofscope", description=DESCRIPTION, epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"proofscope {__version__}")
+    parser.add_argument("-v", "--verbose", action="count", default=0,
+                        help="more log output (repeat for debug)")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for module in SUBCOMMANDS.values():
+        importlib.import_module(f"otel_proofscope.cli.{module}").register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    _setup_logging(args.verbose)
+    rc: int = args.handler(args)
+    return rc
+
+
+def _setup_logging(verbosity: int) -> None:
+    import logging
+
+    level = logging.WARNING if verbosity == 0 else logging.INFO if verbosity == 1 \
+        else logging.DEBUG
+    logging.basicConfig(level=level, format="proofscope: %(levelname)s %(name)s: %(message)s")
+
+
+def not_built(name: str, issue: str) -> int:
+    print(f"proofscope {name}: not built yet ({issue}).", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

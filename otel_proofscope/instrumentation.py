@@ -1,0 +1,613 @@
+"""The instrumentation API for prover authors.
+
+``ProofTracer`` wraps an OpenTelemetry tracer and meter with one context manager per
+proof phase and a hot-path ``sumcheck_round`` call. Design points:
+
+* **Near-zero cost when off.** ``sumcheck_round`` first reads one module global
+  (the number of recording layers in the process); when nothing records it returns
+  before touching its arguments, so a payload callable is never invoked.
+* **contextvars**, not thread-locals: threads and asyncio tasks each keep their own
+  current proof and layer.
+* **Validation.** Phase context managers raise ``ValueError`` naming the field (bad
+  input is a programming error there). The hot path never raises: a bad round is
+  recorded with an ``error.type`` attribute and counted in ``proofscope.rejected``.
+* **Metrics by the API itself**: ``proof.duration``, ``proof.layer.duration`` and
+  ``proof.sumcheck.round.count`` (the latter added once per layer, not per round, to
+  keep the round cheap).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import Any, ParamSpec, TypeVar
+
+from opentelemetry import metrics, trace
+from opentelemetry.trace import Span, Status, StatusCode
+from opentelemetry.util.types import AttributeValue
+
+from otel_proofscope import fields
+from otel_proofscope.pipeline.drops import REJECTIONS
+from otel_proofscope.semconv import (
+    METER_NAME,
+    TRACER_NAME,
+    Attr,
+    EventName,
+    LayerKind,
+    LayerProofKind,
+    Metric,
+    MetricDef,
+    SpanName,
+)
+from otel_proofscope.version import __version__
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+_LAYER_KINDS = frozenset(k.value for k in LayerKind)
+_PROOF_KINDS = frozenset(k.value for k in LayerProofKind)
+
+#: Payload that may be given directly or as a zero-argument callable (built lazily).
+Lazy = Any
+
+# Number of layers currently recording anywhere in the process. Read without a lock on
+# the hot path (a stale read costs at most one skipped or one extra context lookup).
+_active_layers = 0
+_active_lock = threading.Lock()
+
+# Local capture of witness data (activation stats, attention scores). Export over OTLP
+# is decided separately by the pipeline (see pipeline.privacy).
+_capture_witness = False
+
+
+def set_capture_witness(enabled: bool) -> None:
+    global _capture_witness
+    _capture_witness = enabled
+
+
+def capture_witness_enabled() -> bool:
+    return _capture_witness
+
+
+@dataclass
+class CircuitNode:
+    """One node of the circuit DAG (``proof.circuit.compile``)."""
+
+    index: int
+    kind: str
+    trace_cost: int
+    inputs: Sequence[int] = ()
+
+
+@dataclass
+class ActivationStats:
+    mean: float
+    std_dev: float
+    min: float
+    max: float
+    sparsity: float
+    sample: Sequence[float] = ()
+
+
+@dataclass
+class _ProofState:
+    span: Span
+    system: str
+    backend: str
+    start_ns: int
+
+
+@dataclass
+class _LayerState:
+    span: Span
+    proof: _ProofState | None
+    index: int
+    kind: str
+    total_rounds: int
+    start_ns: int
+    rounds_done: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+_current_proof: ContextVar[_ProofState | None] = ContextVar("proofscope_proof", default=None)
+_current_layer: ContextVar[_LayerState | None] = ContextVar("proofscope_layer", default=None)
+
+
+def _resolve(value: Lazy) -> Any:
+    return value() if callable(value) else value
+
+
+def _check_kind(kind: object) -> str:
+    value = kind.value if isinstance(kind, LayerKind) else kind
+    if not isinstance(value, str) or value not in _LAYER_KINDS:
+        raise ValueError(
+            f"kind: unknown layer kind {kind!r}; expected one of {sorted(_LAYER_KINDS)} "
+            "(use 'Unknown' for anything else)"
+        )
+    return value
+
+
+def _check_proof_kind(kind: object) -> str:
+    value = kind.value if isinstance(kind, LayerProofKind) else kind
+    if not isinstance(value, str) or value not in _PROOF_KINDS:
+        raise ValueError(
+            f"proof_kind: unknown layer proof kind {kind!r}; expected one of "
+            f"{sorted(_PROOF_KINDS)}"
+        )
+    return value
+
+
+class PhaseHandle:
+    """Returned by every phase context manager: the span plus setters for end attributes."""
+
+    __slots__ = ("span",)
+
+    def __init__(self, span: Span) -> None:
+        self.span = span
+
+    def set(self, key: str, value: AttributeValue) -> None:
+        self.span.set_attribute(key, value)
+
+
+class ProofHandle(PhaseHandle):
+    __slots__ = ("_state",)
+
+    def __init__(self, span: Span, state: _ProofState) -> None:
+        super().__init__(span)
+        self._state = state
+
+    def set_result(self, *, layer_proofs: int | None = None, weight_openings: int | None = None,
+                   size: int | None = None, verified: bool | None = None) -> None:
+        if layer_proofs is not None:
+            self.span.set_attribute(Attr.PROOF_LAYER_PROOFS,
+                                    fields.non_negative_int(layer_proofs, "layer_proofs"))
+        if weight_openings is not None:
+            self.span.set_attribute(Attr.PROOF_WEIGHT_OPENINGS,
+                                    fields.non_negative_int(weight_openings, "weight_openings"))
+        if size is not None:
+            self.span.set_attribute(Attr.PROOF_SIZE, fields.non_negative_int(size, "size"))
+        if verified is not None:
+            self.span.set_attribute(Attr.PROOF_VERIFIED, bool(verified))
+
+
+class LayerHandle(PhaseHandle):
+    __slots__ = ()
+
+    def set_final_claim(self, claim: Any) -> None:
+        self.span.set_attribute(Attr.CLAIM_FINAL, fields.canonical(claim))
+
+
+class _Phase:
+    """A phase context manager that is also a (sync or async) decorator."""
+
+    def __init__(self, factory: Callable[[], Any]) -> None:
+        self._factory = factory
+        self._cm: Any = None
+
+    def __enter__(self) -> Any:
+        self._cm = self._factory()
+        return self._cm.__enter__()
+
+    def __exit__(self, *exc: Any) -> bool | None:
+        cm, self._cm = self._cm, None
+        return bool(cm.__exit__(*exc))
+
+    def __call__(self, fn: Callable[P, R]) -> Callable[P, R]:
+        factory = self._factory
+        if asyncio.iscoroutinefunction(fn):
+
+            @functools.wraps(fn)
+            async def async_wrapper(*args: P.args, **kwargs: P.kwargs) -> Any:
+                with factory():
+                    return await fn(*args, **kwargs)  # type: ignore[misc]
+
+            return async_wrapper  # type: ignore[return-value]
+
+        @functools.wraps(fn)
+        def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+            with factory():
+                return fn(*args, **kwargs)
+
+        return wrapper
+
+
+class ProofTracer:
+    """Proof-phase spans and metrics on top of an OpenTelemetry tracer and meter."""
+
+    def __init__(self, tracer_provider: trace.TracerProvider | None = None,
+                 meter_provider: metrics.MeterProvider | None = None) -> None:
+        self._tracer = trace.get_tracer(TRACER_NAME, __version__, tracer_provider)
+        meter = metrics.get_meter(METER_NAME, __version__, meter_provider)
+        self._proof_duration = _histogram(meter, Metric.PROOF_DURATION)
+        self._layer_duration = _histogram(meter, Metric.PROOF_LAYER_DURATION)
+        self._round_count = meter.create_counter(
+            Metric.PROOF_SUMCHECK_ROUND_COUNT.name, Metric.PROOF_SUMCHECK_ROUND_COUNT.unit,
+            Metric.PROOF_SUMCHECK_ROUND_COUNT.description)
+        self._verify_count = meter.create_counter(
+            Metric.PROOF_VERIFY_COUNT.name, Metric.PROOF_VERIFY_COUNT.unit,
+            Metric.PROOF_VERIFY_COUNT.description)
+
+    # ── phases ───────────────────────────────────────────────────────────────────────
+
+    def proof(self, *, system: str, backend: str = "cpu", model_name: str | None = None,
+              layers: int | None = None, input_shape: Sequence[int] | None = None,
+              output_shape: Sequence[int] | None = None) -> _Phase:
+        """Root span of one proof. Yields a :class:`ProofHandle`."""
+        if not isinstance(system, str) or not system:
+            raise ValueError(f"system must be a non-empty string, got {system!r}")
+        if not isinstance(backend, str) or not backend:
+            raise ValueError(f"backend must be a non-empty string, got {backend!r}")
+        attrs: dict[str, AttributeValue] = {Attr.PROOF_SYSTEM: system,
+                                            Attr.PROOF_BACKEND: backend}
+        if model_name is not None:
+            attrs[Attr.PROOF_MODEL_NAME] = str(model_name)
+        if layers is not None:
+            attrs[Attr.PROOF_LAYERS] = fields.non_negative_int(layers, "layers")
+        if input_shape is not None:
+            attrs[Attr.PROOF_INPUT_SHAPE] = fields.shape(input_shape, "input_shape")
+        if output_shape is not None:
+            attrs[Attr.PROOF_OUTPUT_SHAPE] = fields.shape(output_shape, "output_shape")
+        return _Phase(functools.partial(self._proof_cm, attrs, system, backend))
+
+    @contextmanager
+    def _proof_cm(self, attrs: dict[str, AttributeValue], system: str,
+                  backend: str) -> Iterator[ProofHandle]:
+        start = time.perf_counter_ns()
+        with self._tracer.start_as_current_span(SpanName.PROOF, attributes=attrs) as span:
+            state = _ProofState(span, system, backend, start)
+            token = _current_proof.set(state)
+            handle = ProofHandle(span, state)
+            failed = True
+            try:
+                yield handle
+                failed = False
+            finally:
+                _current_proof.reset(token)
+                if span.is_recording():
+                    verified = getattr(span, "attributes", {}).get(Attr.PROOF_VERIFIED)
+                    m_attrs: dict[str, AttributeValue] = {Attr.PROOF_SYSTEM: system,
+                                                          Attr.PROOF_BACKEND: backend}
+                    if isinstance(verified, bool):
+                        m_attrs[Attr.PROOF_VERIFIED] = verified
+                    elif failed:
+                        m_attrs[Attr.PROOF_VERIFIED] = False
+                    self._proof_duration.record((time.perf_counter_ns() - start) / 1e9, m_attrs)
+
+    def circuit_compile(self, nodes: Sequence[CircuitNode] | None = None) -> _Phase:
+        """Circuit compilation; ``nodes`` (or ``handle.set_circuit``) records the DAG."""
+        attrs = circuit_attributes(nodes) if nodes is not None else {}
+        return _Phase(functools.partial(self._simple_cm, SpanName.CIRCUIT_COMPILE, attrs,
+                                        CircuitHandle))
+
+    def layer(self, *, index: int, kind: str | LayerKind,
+              proof_kind: str | LayerProofKind = LayerProofKind.SUMCHECK,
+              trace_cost: int | None = None, input_shape: Sequence[int] | None = None,
+              output_shape: Sequence[int] | None = None, rounds: int = 0,
+              claim_initial: Any = None, hw_id: str | None = None) -> _Phase:
+        """One layer's proof. Yields a :class:`LayerHandle`; rounds go to ``sumcheck_round``."""
+        index = fields.non_negative_int(index, "index")
+        kind_s = _check_kind(kind)
+        attrs: dict[str, AttributeValue] = {
+            Attr.LAYER_INDEX: index,
+            Attr.LAYER_KIND: kind_s,
+            Attr.LAYER_PROOF_KIND: _check_proof_kind(proof_kind),
+            Attr.SUMCHECK_ROUNDS: fields.non_negative_int(rounds, "rounds"),
+        }
+        if trace_cost is not None:
+            attrs[Attr.LAYER_TRACE_COST] = fields.non_negative_int(trace_cost, "trace_cost")
+        if input_shape is not None:
+            attrs[Attr.LAYER_INPUT_SHAPE] = fields.shape(input_shape, "input_shape")
+        if output_shape is not None:
+            attrs[Attr.LAYER_OUTPUT_SHAPE] = fields.shape(output_shape, "output_shape")
+        if claim_initial is not None:
+            attrs[Attr.CLAIM_INITIAL] = fields.canonical(claim_initial)
+        if hw_id is not None:
+            attrs[Attr.HW_ID] = str(hw_id)
+        return _Phase(functools.partial(self._layer_cm, attrs, index, kind_s, int(rounds)))
+
+    @contextmanager
+    def _layer_cm(self, attrs: dict[str, AttributeValue], index: int, kind: str,
+                  rounds: int) -> Iterator[LayerHandle]:
+        global _active_layers
+        start = time.perf_counter_ns()
+        with self._tracer.start_as_current_span(SpanName.LAYER, attributes=attrs) as span:
+            recording = span.is_recording()
+            state = _LayerState(span, _current_proof.get(), index, kind, rounds, start)
+            token = _current_layer.set(state)
+            if recording:
+                with _active_lock:
+                    _active_layers += 1
+            try:
+                yield LayerHandle(span)
+            finally:
+                _current_layer.reset(token)
+                if recording:
+                    with _active_lock:
+                        _active_layers -= 1
+                    proof = state.proof
+                    system = proof.system if proof else "unknown"
+                    m_attrs: dict[str, AttributeValue] = {Attr.PROOF_SYSTEM: system,
+                                                          Attr.LAYER_KIND: kind}
+                    self._layer_duration.record(
+                        (time.perf_counter_ns() - start) / 1e9,
+                        {**m_attrs, Attr.PROOF_BACKEND: proof.backend if proof else "unknown"})
+                    if state.rounds_done:
+                        self._round_count.add(state.rounds_done, m_attrs)
+
+    def weight_opening(self, *, node_id: int | str, eval_point_length: int) -> _Phase:
+        attrs: dict[str, AttributeValue] = {
+            Attr.WEIGHT_NODE_ID: node_id if isinstance(node_id, str)
+            else fields.non_negative_int(node_id, "node_id"),
+            Attr.WEIGHT_EVAL_POINT_LENGTH: fields.non_negative_int(eval_point_length,
+                                                                   "eval_point_length"),
+        }
+        return _Phase(functools.partial(self._simple_cm, SpanName.WEIGHT_OPENING, attrs,
+                                        WeightOpeningHandle))
+
+    def aggregated_binding(self, *, claims: int, matrices: int) -> _Phase:
+        attrs: dict[str, AttributeValue] = {
+            Attr.BINDING_CLAIMS: fields.non_negative_int(claims, "claims"),
+            Attr.BINDING_MATRICES: fields.non_negative_int(matrices, "matrices"),
+        }
+        return _Phase(functools.partial(self._simple_cm, SpanName.AGGREGATED_BINDING, attrs,
+                                        BindingHandle))
+
+    def stark(self, *, activation_layers: int = 0, add_layers: int = 0,
+              layernorm_layers: int = 0) -> _Phase:
+        attrs: dict[str, AttributeValue] = {
+            Attr.STARK_ACTIVATION_LAYERS: fields.non_negative_int(activation_layers,
+                                                                  "activation_layers"),
+            Attr.STARK_ADD_LAYERS: fields.non_negative_int(add_layers, "add_layers"),
+            Attr.STARK_LAYERNORM_LAYERS: fields.non_negative_int(layernorm_layers,
+                                                                 "layernorm_layers"),
+        }
+        return _Phase(functools.partial(self._simple_cm, SpanName.STARK, attrs, PhaseHandle))
+
+    def verify(self) -> _Phase:
+        """Verification. Call ``handle.set_verified(ok)``; also sets it on the proof span."""
+        return _Phase(functools.partial(self._simple_cm, SpanName.VERIFY, {}, VerifyHandle,
+                                        self))
+
+    @contextmanager
+    def _simple_cm(self, name: str, attrs: dict[str, AttributeValue], handle_cls: type[Any],
+                   *extra: Any) -> Iterator[Any]:
+        with self._tracer.start_as_current_span(name, attributes=attrs) as span:
+            yield handle_cls(span, *extra)
+
+    def _record_verified(self, ok: bool) -> None:
+        proof = _current_proof.get()
+        system = proof.system if proof else "unknown"
+        if proof is not None:
+            proof.span.set_attribute(Attr.PROOF_VERIFIED, ok)
+        self._verify_count.add(1, {Attr.PROOF_SYSTEM: system, Attr.PROOF_VERIFIED: ok})
+
+    # ── hot path ─────────────────────────────────────────────────────────────────────
+
+    def sumcheck_round(self, round: int, poly: Lazy, claim: Lazy,
+                       degree: int | None = None) -> None:
+        """Record one finished sumcheck round on the current layer span, live.
+
+        ``poly`` (the round polynomial's coefficients or evaluations, field elements) and
+        ``claim`` (the claim after this round) may be zero-argument callables; they are
+        only called when something records. Never raises: bad input becomes an event
+        with ``error.type`` and a ``proofscope.rejected`` count.
+        """
+        if not _active_layers:
+            return
+        layer = _current_layer.get()
+        if layer is None:
+            return
+        _record_round(layer, round, poly, claim, degree)
+
+    def layer_activation(self, stats: ActivationStats | Callable[[], ActivationStats]) -> None:
+        """Activation statistics of the current layer (witness data; off by default)."""
+        if not _capture_witness:
+            return
+        layer = _current_layer.get()
+        if layer is None or not layer.span.is_recording():
+            return
+        s = _resolve(stats)
+        try:
+            attrs: dict[str, AttributeValue] = {
+                Attr.LAYER_INDEX: layer.index,
+                Attr.ACTIVATION_MEAN: fields.finite_number(s.mean, "mean"),
+                Attr.ACTIVATION_STD_DEV: fields.finite_number(s.std_dev, "std_dev"),
+                Attr.ACTIVATION_MIN: fields.finite_number(s.min, "min"),
+                Attr.ACTIVATION_MAX: fields.finite_number(s.max, "max"),
+                Attr.ACTIVATION_SPARSITY: fields.finite_number(s.sparsity, "sparsity"),
+            }
+            if s.sample:
+                attrs[Attr.ACTIVATION_SAMPLE] = [fields.finite_number(v, "sample")
+                                                 for v in s.sample]
+        except ValueError as exc:
+            _reject(layer.span, EventName.LAYER_ACTIVATION, "activation", exc)
+            return
+        layer.span.add_event(EventName.LAYER_ACTIVATION, attrs)
+
+    def attention_heatmap(self, head: int, num_heads: int,
+                          scores: Any | Callable[[], Any]) -> None:
+        """One head's attention scores, a square seq_len × seq_len matrix (witness data)."""
+        if not _capture_witness:
+            return
+        layer = _current_layer.get()
+        if layer is None or not layer.span.is_recording():
+            return
+        try:
+            flat, seq_len = _square_matrix(_resolve(scores))
+            attrs: dict[str, AttributeValue] = {
+                Attr.LAYER_INDEX: layer.index,
+                Attr.ATTENTION_HEAD: fields.non_negative_int(head, "head"),
+                Attr.ATTENTION_HEADS: fields.non_negative_int(num_heads, "num_heads"),
+                Attr.ATTENTION_SEQ_LEN: seq_len,
+                Attr.ATTENTION_SCORES: flat,
+            }
+        except ValueError as exc:
+            _reject(layer.span, EventName.ATTENTION_HEATMAP, "scores", exc)
+            return
+        layer.span.add_event(EventName.ATTENTION_HEATMAP, attrs)
+
+
+#: Largest attention matrix side we accept (the seed's 64×64 cap).
+MAX_ATTENTION_SIDE = 64
+
+
+def _square_matrix(scores: Any) -> tuple[list[float], int]:
+    rows = scores.tolist() if hasattr(scores, "tolist") else scores
+    if not isinstance(rows, list | tuple) or not rows or not all(
+        isinstance(r, list | tuple) for r in rows
+    ):
+        raise ValueError("scores must be a non-empty 2-D matrix")
+    n = len(rows)
+    if n > MAX_ATTENTION_SIDE:
+        raise ValueError(f"scores side {n} exceeds the cap of {MAX_ATTENTION_SIDE}")
+    if any(len(r) != n for r in rows):
+        raise ValueError(f"scores must be square, got {n} rows of lengths "
+                         f"{sorted({len(r) for r in rows})}")
+    return [fields.finite_number(v, "scores") for r in rows for v in r], n
+
+
+class CircuitHandle(PhaseHandle):
+    __slots__ = ()
+
+    def set_circuit(self, nodes: Sequence[CircuitNode]) -> None:
+        self.span.set_attributes(circuit_attributes(nodes))
+
+
+class WeightOpeningHandle(PhaseHandle):
+    __slots__ = ()
+
+    def set_commitment(self, commitment_hex: str) -> None:
+        self.span.set_attribute(Attr.WEIGHT_COMMITMENT, str(commitment_hex))
+
+
+class BindingHandle(PhaseHandle):
+    __slots__ = ()
+
+    def set_calldata_felts(self, felts: int) -> None:
+        self.span.set_attribute(Attr.BINDING_CALLDATA_FELTS,
+                                fields.non_negative_int(felts, "calldata_felts"))
+
+
+class VerifyHandle(PhaseHandle):
+    __slots__ = ("_tracer",)
+
+    def __init__(self, span: Span, tracer: ProofTracer) -> None:
+        super().__init__(span)
+        self._tracer = tracer
+
+    def set_verified(self, ok: bool) -> None:
+        self.span.set_attribute(Attr.PROOF_VERIFIED, bool(ok))
+        if not ok:
+            self.span.set_status(Status(StatusCode.ERROR, "proof rejected"))
+        self._tracer._record_verified(bool(ok))
+
+
+def circuit_attributes(nodes: Sequence[CircuitNode]) -> dict[str, AttributeValue]:
+    """The circuit DAG as parallel arrays (validated)."""
+    idx: list[int] = []
+    kinds: list[str] = []
+    costs: list[int] = []
+    e_from: list[int] = []
+    e_to: list[int] = []
+    for i, n in enumerate(nodes):
+        idx.append(fields.non_negative_int(n.index, f"nodes[{i}].index"))
+        try:
+            kinds.append(_check_kind(n.kind))
+        except ValueError as exc:
+            raise ValueError(f"nodes[{i}].{exc}") from None
+        costs.append(fields.non_negative_int(n.trace_cost, f"nodes[{i}].trace_cost"))
+        for src in n.inputs:
+            e_from.append(fields.non_negative_int(src, f"nodes[{i}].inputs"))
+            e_to.append(n.index)
+    known = set(idx)
+    missing = sorted(set(e_from) - known)
+    if missing:
+        raise ValueError(f"nodes: edges refer to unknown node indices {missing}")
+    return {
+        Attr.CIRCUIT_NODE_INDEX: idx,
+        Attr.CIRCUIT_NODE_KIND: kinds,
+        Attr.CIRCUIT_NODE_TRACE_COST: costs,
+        Attr.CIRCUIT_EDGE_FROM: e_from,
+        Attr.CIRCUIT_EDGE_TO: e_to,
+    }
+
+
+def _record_round(layer: _LayerState, round: int, poly: Lazy, claim: Lazy,
+                  degree: int | None) -> None:
+    span = layer.span
+    error: str | None = None
+    try:
+        coeffs = poly() if callable(poly) else poly
+        poly_s = [fields.canonical(c) for c in coeffs]
+        claim_s = fields.canonical(claim() if callable(claim) else claim)
+    except (ValueError, TypeError) as exc:
+        REJECTIONS.record("poly/claim", "not_a_field_element")
+        span.add_event(EventName.SUMCHECK_ROUND, {
+            Attr.SUMCHECK_ROUND: round if isinstance(round, int) else -1,
+            Attr.ERROR_TYPE: "invalid_field_element", "exception.message": str(exc)[:200]})
+        return
+    if type(round) is not int or round < 0:
+        error = "invalid_round"
+        REJECTIONS.record("round", error)
+        round = -1
+    elif layer.total_rounds and round >= layer.total_rounds:
+        error = "round_out_of_range"
+        REJECTIONS.record("round", error)
+    attrs: dict[str, AttributeValue] = {
+        Attr.SUMCHECK_ROUND: round,
+        Attr.SUMCHECK_DEGREE: degree if degree is not None else len(poly_s) - 1,
+        Attr.SUMCHECK_POLY: poly_s,
+        Attr.CLAIM: claim_s,
+    }
+    if error is None:
+        layer.rounds_done += 1
+    else:
+        attrs[Attr.ERROR_TYPE] = error
+    span.add_event(EventName.SUMCHECK_ROUND, attrs)
+
+
+def _reject(span: Span, event: str, field_name: str, exc: ValueError) -> None:
+    REJECTIONS.record(field_name, "invalid")
+    span.add_event(event, {Attr.ERROR_TYPE: "invalid", "exception.message": str(exc)[:200]})
+
+
+def _histogram(meter: metrics.Meter, d: MetricDef) -> metrics.Histogram:
+    return meter.create_histogram(
+        d.name, unit=d.unit, description=d.description,
+        explicit_bucket_boundaries_advisory=list(d.buckets) if d.buckets else None)
+
+
+_default: ProofTracer | None = None
+
+
+def get_tracer() -> ProofTracer:
+    """The process-wide tracer on the global providers (set by ``configure``)."""
+    global _default
+    if _default is None:
+        _default = ProofTracer()
+    return _default
+
+
+def sumcheck_round(round: int, poly: Lazy, claim: Lazy, degree: int | None = None) -> None:
+    """Module-level hot-path shortcut for :meth:`ProofTracer.sumcheck_round`."""
+    if not _active_layers:
+        return
+    layer = _current_layer.get()
+    if layer is None:
+        return
+    _record_round(layer, round, poly, claim, degree)
+
+
+def current_span() -> Span | None:
+    """The innermost proof-phase span of this context (for GPU evidence events)."""
+    layer = _current_layer.get()
+    if layer is not None:
+        return layer.span
+    proof = _current_proof.get()
+    return proof.span if proof is not None else None

@@ -1,0 +1,488 @@
+"""Semantic conventions: every span, event, attribute and metric name of the contract.
+
+This module is the single source of truth. Dashboards, the Rerun translation, the
+bridges and the tests all import names from here; ``docs/semantic-conventions.md`` is
+generated from it (``python -m otel_proofscope.semconv``) and a test fails if the two
+differ, so the document cannot drift from the code.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from enum import Enum
+
+TRACER_NAME = "otel_proofscope"
+METER_NAME = "otel_proofscope"
+
+
+# ── attribute names ──────────────────────────────────────────────────────────────────
+
+
+class Attr:
+    """Attribute keys (spans, events and metric points)."""
+
+    PROOF_SYSTEM = "proof.system"
+    PROOF_BACKEND = "proof.backend"
+    PROOF_MODEL_NAME = "proof.model.name"
+    PROOF_LAYERS = "proof.layers"
+    PROOF_INPUT_SHAPE = "proof.input.shape"
+    PROOF_OUTPUT_SHAPE = "proof.output.shape"
+    PROOF_LAYER_PROOFS = "proof.layer_proofs"
+    PROOF_WEIGHT_OPENINGS = "proof.weight_openings"
+    PROOF_SIZE = "proof.size"
+    PROOF_VERIFIED = "proof.verified"
+
+    CIRCUIT_NODE_INDEX = "proof.circuit.node.index"
+    CIRCUIT_NODE_KIND = "proof.circuit.node.kind"
+    CIRCUIT_NODE_TRACE_COST = "proof.circuit.node.trace_cost"
+    CIRCUIT_EDGE_FROM = "proof.circuit.edge.from"
+    CIRCUIT_EDGE_TO = "proof.circuit.edge.to"
+
+    LAYER_INDEX = "proof.layer.index"
+    LAYER_KIND = "proof.layer.kind"
+    LAYER_PROOF_KIND = "proof.layer.proof_kind"
+    LAYER_TRACE_COST = "proof.layer.trace_cost"
+    LAYER_INPUT_SHAPE = "proof.layer.input.shape"
+    LAYER_OUTPUT_SHAPE = "proof.layer.output.shape"
+    SUMCHECK_ROUNDS = "proof.sumcheck.rounds"
+    CLAIM_INITIAL = "proof.claim.initial"
+    CLAIM_FINAL = "proof.claim.final"
+
+    SUMCHECK_ROUND = "proof.sumcheck.round"
+    SUMCHECK_DEGREE = "proof.sumcheck.degree"
+    SUMCHECK_POLY = "proof.sumcheck.poly"
+    CLAIM = "proof.claim"
+
+    WEIGHT_NODE_ID = "proof.weight.node_id"
+    WEIGHT_EVAL_POINT_LENGTH = "proof.weight.eval_point.length"
+    WEIGHT_COMMITMENT = "proof.weight.commitment"
+
+    BINDING_CLAIMS = "proof.binding.claims"
+    BINDING_MATRICES = "proof.binding.matrices"
+    BINDING_CALLDATA_FELTS = "proof.binding.calldata_felts"
+
+    STARK_ACTIVATION_LAYERS = "proof.stark.activation_layers"
+    STARK_ADD_LAYERS = "proof.stark.add_layers"
+    STARK_LAYERNORM_LAYERS = "proof.stark.layernorm_layers"
+
+    # witness data (privacy-gated events)
+    ACTIVATION_MEAN = "proof.activation.mean"
+    ACTIVATION_STD_DEV = "proof.activation.std_dev"
+    ACTIVATION_MIN = "proof.activation.min"
+    ACTIVATION_MAX = "proof.activation.max"
+    ACTIVATION_SPARSITY = "proof.activation.sparsity"
+    ACTIVATION_SAMPLE = "proof.activation.sample"
+    ATTENTION_HEAD = "proof.attention.head"
+    ATTENTION_HEADS = "proof.attention.heads"
+    ATTENTION_SEQ_LEN = "proof.attention.seq_len"
+    ATTENTION_SCORES = "proof.attention.scores"
+
+    # OTel hardware semconv
+    HW_ID = "hw.id"
+    HW_TYPE = "hw.type"
+    HW_NAME = "hw.name"
+    HW_VENDOR = "hw.vendor"
+    HW_DRIVER_VERSION = "hw.driver_version"
+    HW_STATE = "hw.state"
+    ERROR_TYPE = "error.type"
+    NETWORK_IO_DIRECTION = "network.io.direction"
+
+    GPU_BACKEND = "gpu.backend"
+    GPU_CAPABILITY = "gpu.capability"
+    GPU_CAPABILITY_REASON = "gpu.capability.reason"
+    GPU_PCI_VENDOR_ID = "gpu.pci.vendor_id"
+    GPU_PCI_DEVICE_ID = "gpu.pci.device_id"
+    GPU_FAULT_KIND = "gpu.fault.kind"
+    GPU_RETRY_ATTEMPT = "gpu.retry.attempt"
+    GPU_RECOVERY_ROUTE = "gpu.recovery.route"
+
+    PROOFSCOPE_SIGNAL = "proofscope.signal"
+    PROOFSCOPE_SINK = "proofscope.sink"
+    PROOFSCOPE_REASON = "reason"
+    PROOFSCOPE_FIELD = "proofscope.field"
+
+    # Provenance of values that are not what their name suggests (bridge input).
+    PROOFSCOPE_NOTE = "proofscope.note"
+
+
+# ── spans and events ─────────────────────────────────────────────────────────────────
+
+
+class SpanName:
+    PROOF = "proof"
+    CIRCUIT_COMPILE = "proof.circuit.compile"
+    LAYER = "proof.layer"
+    WEIGHT_OPENING = "proof.weight_opening"
+    AGGREGATED_BINDING = "proof.aggregated_binding"
+    STARK = "proof.stark"
+    VERIFY = "proof.verify"
+
+
+class EventName:
+    SUMCHECK_ROUND = "proof.sumcheck.round"
+    LAYER_ACTIVATION = "proof.layer.activation"
+    ATTENTION_HEATMAP = "proof.attention.heatmap"
+    GPU_ADAPTER_ACQUIRED = "gpu.adapter.acquired"
+    GPU_CAPABILITY_UNSUPPORTED = "gpu.capability.unsupported"
+    GPU_FAULT = "gpu.fault"
+    GPU_RETRY = "gpu.retry"
+    GPU_RECOVERY = "gpu.recovery"
+    LOG = "proof.log"
+
+
+class LayerKind(str, Enum):
+    """Layer kinds of the proof-stream contract, with their display colours."""
+
+    MATMUL = "MatMul"
+    ACTIVATION = "Activation"
+    LAYERNORM = "LayerNorm"
+    RMSNORM = "RMSNorm"
+    ADD = "Add"
+    MUL = "Mul"
+    ATTENTION = "Attention"
+    EMBEDDING = "Embedding"
+    DEQUANTIZE = "Dequantize"
+    QUANTIZE = "Quantize"
+    INPUT = "Input"
+    UNKNOWN = "Unknown"
+
+
+LAYER_KIND_COLOURS: dict[LayerKind, int] = {
+    LayerKind.MATMUL: 0x429BF5,
+    LayerKind.ACTIVATION: 0xF5A542,
+    LayerKind.LAYERNORM: 0x4CC671,
+    LayerKind.RMSNORM: 0x38B2AC,
+    LayerKind.ADD: 0xA0A0A0,
+    LayerKind.MUL: 0xA855D4,
+    LayerKind.ATTENTION: 0xF5D042,
+    LayerKind.EMBEDDING: 0xEC6EAD,
+    LayerKind.DEQUANTIZE: 0xFF8C00,
+    LayerKind.QUANTIZE: 0xFF4C4C,
+    LayerKind.INPUT: 0x8080FF,
+    LayerKind.UNKNOWN: 0x606060,
+}
+
+
+class LayerProofKind(str, Enum):
+    SUMCHECK = "Sumcheck"
+    LOGUP = "LogUp"
+    LINEAR = "Linear"
+    SKIPPED = "Skipped"
+    DEFERRED = "Deferred"
+
+
+class GpuCapability(str, Enum):
+    """Capabilities a GPU backend may be unable to expose (capability-gap keys)."""
+
+    KERNEL_TIMESTAMPS = "kernel_timestamps"
+    OCCUPANCY = "occupancy"
+    UTILIZATION = "utilization"
+    STALL_COUNTERS = "stall_counters"
+    MEMORY_USAGE = "memory_usage"
+    MEMORY_LIMIT = "memory_limit"
+    PCIE_IO = "pcie_io"
+    ERRORS = "errors"
+    POWER = "power"
+    ENERGY = "energy"
+    TEMPERATURE = "temperature"
+    CLOCKS = "clocks"
+
+
+class GapReason(str, Enum):
+    UNSUPPORTED = "unsupported"
+    PERMISSION_DENIED = "permission-denied"
+    DRIVER_ERROR = "driver-error"
+    NOT_INITIALIZED = "not-initialized"
+    COLLECTOR_DISABLED = "collector-disabled"
+    UNAVAILABLE = "unavailable"
+
+
+class DropReason(str, Enum):
+    QUEUE_FULL = "queue_full"
+    EXPORT_FAILED = "export_failed"
+    SHUTDOWN = "shutdown"
+    SIZE_CAP = "size_cap"
+    SPAN_LIMIT = "span_limit"
+    INVALID = "invalid"
+    SINK_UNAVAILABLE = "sink_unavailable"
+
+
+# ── metrics ──────────────────────────────────────────────────────────────────────────
+
+
+class InstrumentKind(str, Enum):
+    COUNTER = "counter"
+    UP_DOWN_COUNTER = "updowncounter"
+    HISTOGRAM = "histogram"
+    GAUGE = "gauge"
+    OBSERVABLE_COUNTER = "observable_counter"
+    OBSERVABLE_UP_DOWN_COUNTER = "observable_updowncounter"
+    OBSERVABLE_GAUGE = "observable_gauge"
+
+
+#: Histogram bucket boundaries in seconds: 100 µs … 10 min. The SDK default
+#: (0…10000) assumes milliseconds and would put every second-valued sample in one bucket.
+SECONDS_BUCKETS: tuple[float, ...] = (
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+    0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0,
+)  # fmt: skip
+
+#: Buckets for byte-sized histograms: 1 KiB … 4 GiB.
+BYTES_BUCKETS: tuple[float, ...] = tuple(float(1 << s) for s in range(10, 33, 2))
+
+
+@dataclass(frozen=True)
+class MetricDef:
+    name: str
+    kind: InstrumentKind
+    unit: str
+    description: str
+    attributes: tuple[str, ...] = ()
+    buckets: tuple[float, ...] | None = None
+
+
+@dataclass(frozen=True)
+class SpanDef:
+    name: str
+    description: str
+    attributes: tuple[str, ...]
+    end_attributes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class EventDef:
+    name: str
+    description: str
+    attributes: tuple[str, ...]
+    witness: bool = False
+
+
+@dataclass(frozen=True)
+class _Registry:
+    spans: tuple[SpanDef, ...]
+    events: tuple[EventDef, ...]
+    metrics: tuple[MetricDef, ...] = field(default_factory=tuple)
+
+
+_HW = (Attr.HW_ID, Attr.HW_TYPE, Attr.HW_NAME, Attr.HW_VENDOR, Attr.HW_DRIVER_VERSION)
+_DISPATCH = (Attr.GPU_BACKEND, Attr.HW_ID)
+_K = InstrumentKind
+
+
+class Metric:
+    """Every metric of the contract."""
+
+    # device (OTel hardware semconv; observable, sampled off the hot path)
+    HW_GPU_UTILIZATION = MetricDef("hw.gpu.utilization", _K.OBSERVABLE_GAUGE, "1",
+                                   "Fraction of time the GPU was busy", _HW)
+    HW_GPU_MEMORY_USAGE = MetricDef("hw.gpu.memory.usage", _K.OBSERVABLE_UP_DOWN_COUNTER, "By",
+                                    "GPU memory in use", _HW)
+    HW_GPU_MEMORY_LIMIT = MetricDef("hw.gpu.memory.limit", _K.OBSERVABLE_UP_DOWN_COUNTER, "By",
+                                    "GPU memory size", _HW)
+    HW_GPU_MEMORY_UTILIZATION = MetricDef("hw.gpu.memory.utilization", _K.OBSERVABLE_GAUGE, "1",
+                                          "Fraction of GPU memory in use", _HW)
+    HW_GPU_IO = MetricDef("hw.gpu.io", _K.OBSERVABLE_COUNTER, "By",
+                          "Bytes over the GPU's host link (PCIe)",
+                          (*_HW, Attr.NETWORK_IO_DIRECTION))
+    HW_ERRORS = MetricDef("hw.errors", _K.OBSERVABLE_COUNTER, "{error}",
+                          "Hardware errors reported by the device", (*_HW, Attr.ERROR_TYPE))
+    HW_STATUS = MetricDef("hw.status", _K.OBSERVABLE_UP_DOWN_COUNTER, "1",
+                          "1 for the device's current state (hw.state), 0 otherwise",
+                          (*_HW, Attr.HW_STATE))
+    HW_POWER = MetricDef("hw.power", _K.OBSERVABLE_GAUGE, "W", "Instantaneous power draw", _HW)
+    HW_ENERGY = MetricDef("hw.energy", _K.OBSERVABLE_COUNTER, "J",
+                          "Energy consumed since driver load", _HW)
+    HW_GPU_TEMPERATURE = MetricDef("hw.gpu.temperature", _K.OBSERVABLE_GAUGE, "Cel",
+                                   "GPU die temperature (extension)", _HW)
+    HW_GPU_CLOCK_SM = MetricDef("hw.gpu.clock.sm", _K.OBSERVABLE_GAUGE, "Hz",
+                                "Streaming-multiprocessor clock (extension)", _HW)
+    HW_GPU_CLOCK_MEMORY = MetricDef("hw.gpu.clock.memory", _K.OBSERVABLE_GAUGE, "Hz",
+                                    "Memory clock (extension)", _HW)
+
+    # dispatch accounting
+    GPU_DISPATCH_COUNT = MetricDef("gpu.dispatch.count", _K.COUNTER, "{dispatch}",
+                                   "Kernel dispatches", _DISPATCH)
+    GPU_UPLOAD_SIZE = MetricDef("gpu.upload.size", _K.COUNTER, "By",
+                                "Bytes uploaded host→device", _DISPATCH)
+    GPU_UPLOAD_DURATION = MetricDef("gpu.upload.duration", _K.HISTOGRAM, "s",
+                                    "Host→device upload time", _DISPATCH, SECONDS_BUCKETS)
+    GPU_READBACK_SIZE = MetricDef("gpu.readback.size", _K.COUNTER, "By",
+                                  "Bytes read back device→host", _DISPATCH)
+    GPU_READBACK_DURATION = MetricDef("gpu.readback.duration", _K.HISTOGRAM, "s",
+                                      "Device→host readback time", _DISPATCH, SECONDS_BUCKETS)
+    GPU_SUBMIT_DURATION = MetricDef("gpu.submit.duration", _K.HISTOGRAM, "s",
+                                    "Submit-to-complete time", _DISPATCH, SECONDS_BUCKETS)
+    GPU_KERNEL_DURATION = MetricDef("gpu.kernel.duration", _K.HISTOGRAM, "s",
+                                    "Kernel time from device timestamps", _DISPATCH,
+                                    SECONDS_BUCKETS)
+    GPU_QUEUE_WAIT_DURATION = MetricDef("gpu.queue.wait.duration", _K.HISTOGRAM, "s",
+                                        "Submit-to-complete minus kernel time", _DISPATCH,
+                                        SECONDS_BUCKETS)
+    GPU_ALLOC_COUNT = MetricDef("gpu.alloc.count", _K.COUNTER, "{allocation}",
+                                "Device allocations", _DISPATCH)
+    GPU_ALLOC_SIZE = MetricDef("gpu.alloc.size", _K.COUNTER, "By", "Bytes allocated", _DISPATCH)
+    GPU_FREE_SIZE = MetricDef("gpu.free.size", _K.COUNTER, "By", "Bytes freed", _DISPATCH)
+    GPU_MEMORY_RESIDENT = MetricDef("gpu.memory.resident", _K.OBSERVABLE_UP_DOWN_COUNTER, "By",
+                                    "Bytes resident on the device (exact)", _DISPATCH)
+    GPU_MEMORY_RESIDENT_PEAK = MetricDef("gpu.memory.resident.peak", _K.OBSERVABLE_GAUGE, "By",
+                                         "High-water mark of resident bytes", _DISPATCH)
+    GPU_FAULT_COUNT = MetricDef("gpu.fault.count", _K.COUNTER, "{fault}", "Device faults",
+                                (*_DISPATCH, Attr.GPU_FAULT_KIND))
+    GPU_RETRY_COUNT = MetricDef("gpu.retry.count", _K.COUNTER, "{retry}", "Dispatch retries",
+                                _DISPATCH)
+    GPU_RECOVERY_COUNT = MetricDef("gpu.recovery.count", _K.COUNTER, "{recovery}",
+                                   "Work finished by another route", _DISPATCH)
+    GPU_RESIDUAL_BATCH_COUNT = MetricDef("gpu.residual_batch.count", _K.COUNTER, "{batch}",
+                                         "Batches re-done on the CPU", _DISPATCH)
+    GPU_CAPABILITY_UNSUPPORTED = MetricDef("gpu.capability.unsupported", _K.COUNTER,
+                                           "{capability}",
+                                           "Capabilities a backend cannot expose",
+                                           (Attr.GPU_BACKEND, Attr.GPU_CAPABILITY,
+                                            Attr.GPU_CAPABILITY_REASON))
+
+    # proof
+    PROOF_DURATION = MetricDef("proof.duration", _K.HISTOGRAM, "s", "Wall time of one proof",
+                               (Attr.PROOF_SYSTEM, Attr.PROOF_BACKEND, Attr.PROOF_VERIFIED),
+                               SECONDS_BUCKETS)
+    PROOF_LAYER_DURATION = MetricDef("proof.layer.duration", _K.HISTOGRAM, "s",
+                                     "Wall time of one layer proof",
+                                     (Attr.PROOF_SYSTEM, Attr.PROOF_BACKEND, Attr.LAYER_KIND),
+                                     SECONDS_BUCKETS)
+    PROOF_SUMCHECK_ROUND_COUNT = MetricDef("proof.sumcheck.round.count", _K.COUNTER, "{round}",
+                                           "Sumcheck rounds completed",
+                                           (Attr.PROOF_SYSTEM, Attr.LAYER_KIND))
+    PROOF_VERIFY_COUNT = MetricDef("proof.verify.count", _K.COUNTER, "{verification}",
+                                   "Verifications, by outcome",
+                                   (Attr.PROOF_SYSTEM, Attr.PROOF_VERIFIED))
+
+    # self-telemetry
+    PROOFSCOPE_DROPPED = MetricDef("proofscope.dropped", _K.OBSERVABLE_COUNTER, "{item}",
+                                   "Telemetry items lost, by signal, sink and reason",
+                                   (Attr.PROOFSCOPE_SIGNAL, Attr.PROOFSCOPE_SINK,
+                                    Attr.PROOFSCOPE_REASON))
+    PROOFSCOPE_REJECTED = MetricDef("proofscope.rejected", _K.OBSERVABLE_COUNTER, "{item}",
+                                    "Bad input rejected on the hot path, by field",
+                                    (Attr.PROOFSCOPE_FIELD, Attr.PROOFSCOPE_REASON))
+
+    @classmethod
+    def all(cls) -> tuple[MetricDef, ...]:
+        return tuple(v for v in vars(cls).values() if isinstance(v, MetricDef))
+
+
+SPANS: tuple[SpanDef, ...] = (
+    SpanDef(SpanName.PROOF, "Root of one proof",
+            (Attr.PROOF_SYSTEM, Attr.PROOF_BACKEND, Attr.PROOF_MODEL_NAME, Attr.PROOF_LAYERS,
+             Attr.PROOF_INPUT_SHAPE, Attr.PROOF_OUTPUT_SHAPE),
+            (Attr.PROOF_LAYER_PROOFS, Attr.PROOF_WEIGHT_OPENINGS, Attr.PROOF_SIZE,
+             Attr.PROOF_VERIFIED)),
+    SpanDef(SpanName.CIRCUIT_COMPILE, "Circuit compilation; the DAG as parallel arrays",
+            (Attr.CIRCUIT_NODE_INDEX, Attr.CIRCUIT_NODE_KIND, Attr.CIRCUIT_NODE_TRACE_COST,
+             Attr.CIRCUIT_EDGE_FROM, Attr.CIRCUIT_EDGE_TO)),
+    SpanDef(SpanName.LAYER, "One layer's proof (GKR layer walk)",
+            (Attr.LAYER_INDEX, Attr.LAYER_KIND, Attr.LAYER_PROOF_KIND, Attr.LAYER_TRACE_COST,
+             Attr.LAYER_INPUT_SHAPE, Attr.LAYER_OUTPUT_SHAPE, Attr.SUMCHECK_ROUNDS,
+             Attr.CLAIM_INITIAL, Attr.HW_ID),
+            (Attr.CLAIM_FINAL,)),
+    SpanDef(SpanName.WEIGHT_OPENING, "Opening of a weight commitment",
+            (Attr.WEIGHT_NODE_ID, Attr.WEIGHT_EVAL_POINT_LENGTH),
+            (Attr.WEIGHT_COMMITMENT,)),
+    SpanDef(SpanName.AGGREGATED_BINDING, "Aggregated binding of weight claims",
+            (Attr.BINDING_CLAIMS, Attr.BINDING_MATRICES), (Attr.BINDING_CALLDATA_FELTS,)),
+    SpanDef(SpanName.STARK, "STARK proof of the non-arithmetic layers",
+            (Attr.STARK_ACTIVATION_LAYERS, Attr.STARK_ADD_LAYERS, Attr.STARK_LAYERNORM_LAYERS)),
+    SpanDef(SpanName.VERIFY, "Verification of the proof", (), (Attr.PROOF_VERIFIED,)),
+)
+
+EVENTS: tuple[EventDef, ...] = (
+    EventDef(EventName.SUMCHECK_ROUND, "One sumcheck round, emitted live on its layer span",
+             (Attr.SUMCHECK_ROUND, Attr.SUMCHECK_DEGREE, Attr.SUMCHECK_POLY, Attr.CLAIM)),
+    EventDef(EventName.LAYER_ACTIVATION, "Activation statistics of a layer's output",
+             (Attr.LAYER_INDEX, Attr.ACTIVATION_MEAN, Attr.ACTIVATION_STD_DEV,
+              Attr.ACTIVATION_MIN, Attr.ACTIVATION_MAX, Attr.ACTIVATION_SPARSITY,
+              Attr.ACTIVATION_SAMPLE), witness=True),
+    EventDef(EventName.ATTENTION_HEATMAP, "Attention scores of one head (seq_len × seq_len)",
+             (Attr.LAYER_INDEX, Attr.ATTENTION_HEAD, Attr.ATTENTION_HEADS,
+              Attr.ATTENTION_SEQ_LEN, Attr.ATTENTION_SCORES), witness=True),
+    EventDef(EventName.GPU_ADAPTER_ACQUIRED, "GPU identity, on the first dispatch of a runtime",
+             (Attr.GPU_BACKEND, *_HW, Attr.GPU_PCI_VENDOR_ID, Attr.GPU_PCI_DEVICE_ID)),
+    EventDef(EventName.GPU_CAPABILITY_UNSUPPORTED, "A metric this backend cannot give, and why",
+             (Attr.GPU_BACKEND, Attr.GPU_CAPABILITY, Attr.GPU_CAPABILITY_REASON, Attr.HW_ID)),
+    EventDef(EventName.GPU_FAULT, "A device fault", (Attr.GPU_BACKEND, Attr.HW_ID,
+                                                     Attr.GPU_FAULT_KIND)),
+    EventDef(EventName.GPU_RETRY, "A dispatch retried", (Attr.GPU_BACKEND, Attr.HW_ID,
+                                                         Attr.GPU_RETRY_ATTEMPT)),
+    EventDef(EventName.GPU_RECOVERY, "Work finished by another route",
+             (Attr.GPU_BACKEND, Attr.HW_ID, Attr.GPU_RECOVERY_ROUTE)),
+)
+
+REGISTRY = _Registry(SPANS, EVENTS, Metric.all())
+
+#: Attributes that carry witness data; never exported over OTLP unless opted in.
+WITNESS_EVENTS: frozenset[str] = frozenset(e.name for e in EVENTS if e.witness)
+
+
+def layer_kind_colour(kind: str) -> int:
+    """Colour (0xRRGGBB) for a layer kind; unknown kinds get the Unknown colour."""
+    try:
+        return LAYER_KIND_COLOURS[LayerKind(kind)]
+    except ValueError:
+        return LAYER_KIND_COLOURS[LayerKind.UNKNOWN]
+
+
+def is_finite_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+# ── documentation ────────────────────────────────────────────────────────────────────
+
+
+def render_markdown() -> str:
+    """The semantic-conventions document, generated from this module."""
+    out: list[str] = [
+        "# Semantic conventions",
+        "",
+        "<!-- Generated by `python -m otel_proofscope.semconv > docs/semantic-conventions.md`;",
+        "     tests/test_semconv.py fails when this file and the code disagree. -->",
+        "",
+        f"Tracer name `{TRACER_NAME}`, meter name `{METER_NAME}`. Field elements are",
+        "canonical strings: a prime-field element is its integer in [0, p); an extension",
+        "element is its limbs in parentheses, e.g. `(1,2,3,4)` for QM31. Shapes are int arrays.",
+        "Durations are seconds.",
+        "",
+        "## Spans",
+        "",
+        "| span | description | attributes at start | attributes at end |",
+        "|---|---|---|---|",
+    ]
+    for s in SPANS:
+        start = ", ".join(f"`{a}`" for a in s.attributes) or "—"
+        end = ", ".join(f"`{a}`" for a in s.end_attributes) or "—"
+        out.append(f"| `{s.name}` | {s.description} | {start} | {end} |")
+    out += ["", "## Span events", "", "| event | description | attributes | witness data |",
+            "|---|---|---|---|"]
+    for e in EVENTS:
+        attrs = ", ".join(f"`{a}`" for a in e.attributes)
+        out.append(f"| `{e.name}` | {e.description} | {attrs} | {'yes' if e.witness else 'no'} |")
+    out += ["", "Events marked *witness data* are dropped before OTLP export unless",
+            "`PROOFSCOPE_EXPORT_WITNESS=1` (or `configure(export_witness=True)`).", "",
+            "## Metrics", "", "| metric | instrument | unit | description | attributes |",
+            "|---|---|---|---|---|"]
+    for m in Metric.all():
+        attrs = ", ".join(f"`{a}`" for a in m.attributes) or "—"
+        out.append(f"| `{m.name}` | {m.kind.value} | `{m.unit}` | {m.description} | {attrs} |")
+    out += ["", "Histogram buckets (seconds): " + ", ".join(f"{b:g}" for b in SECONDS_BUCKETS)
+            + ".", "", "## Layer kinds", "", "| kind | colour |", "|---|---|"]
+    for kind, colour in LAYER_KIND_COLOURS.items():
+        out.append(f"| `{kind.value}` | `#{colour:06x}` |")
+    out += ["", "Layer proof kinds: " + ", ".join(f"`{k.value}`" for k in LayerProofKind) + ".",
+            "", "## GPU capabilities and gap reasons", "",
+            "Capabilities: " + ", ".join(f"`{c.value}`" for c in GpuCapability) + ".", "",
+            "Reasons: " + ", ".join(f"`{r.value}`" for r in GapReason) + ".", "",
+            "## Drop reasons (`proofscope.dropped`)", "",
+            ", ".join(f"`{r.value}`" for r in DropReason) + ".", ""]
+    return "\n".join(out)
+
+
+if __name__ == "__main__":
+    print(render_markdown(), end="")
