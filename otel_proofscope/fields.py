@@ -34,7 +34,7 @@ def canonical(element: object) -> str:
     if isinstance(element, str):
         raise ValueError(f"field element must be an integer or limb tuple, got str {element!r}")
     if isinstance(element, Sequence) or hasattr(element, "tolist"):
-        limbs = element.tolist() if hasattr(element, "tolist") else list(element)
+        limbs: object = element.tolist() if hasattr(element, "tolist") else list(element)
         if isinstance(limbs, list) and limbs and all(
             isinstance(x, Integral) and not isinstance(x, bool) for x in limbs
         ):

@@ -1,0 +1,80 @@
+"""A metric-exporter wrapper that counts every data point it fails to deliver."""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from opentelemetry.sdk.metrics.export import (
+    MetricExporter,
+    MetricExportResult,
+    MetricsData,
+)
+
+from otel_proofscope.pipeline.drops import DROPS, DropLedger
+from otel_proofscope.semconv import DropReason
+
+_log = logging.getLogger(__name__)
+
+
+def count_points(data: MetricsData) -> int:
+    return sum(
+        len(m.data.data_points)
+        for rm in data.resource_metrics
+        for sm in rm.scope_metrics
+        for m in sm.metrics
+    )
+
+
+class CountingMetricExporter(MetricExporter):
+    """Delegates to ``inner``; failed or abandoned points go to the drop ledger."""
+
+    def __init__(self, inner: MetricExporter, sink: str, ledger: DropLedger = DROPS) -> None:
+        super().__init__(
+            preferred_temporality=inner._preferred_temporality,
+            preferred_aggregation=inner._preferred_aggregation,
+        )
+        self.inner = inner
+        self.sink = sink
+        self.points_exported = 0
+        self._ledger = ledger
+        self._lock = threading.Lock()
+        self._in_flight = 0
+        self._abandoned = False
+
+    def export(self, metrics_data: MetricsData, timeout_millis: float = 10_000,
+               **kwargs: object) -> MetricExportResult:
+        n = count_points(metrics_data)
+        with self._lock:
+            if self._abandoned:
+                self._ledger.record("metric_points", self.sink, DropReason.SHUTDOWN, n)
+                return MetricExportResult.FAILURE
+            self._in_flight = n
+        try:
+            result = self.inner.export(metrics_data, timeout_millis=timeout_millis)
+        except Exception as exc:
+            _log.warning("metric exporter %s raised: %r", self.sink, exc)
+            result = MetricExportResult.FAILURE
+        with self._lock:
+            self._in_flight = 0
+            if self._abandoned:  # already counted by abandon()
+                return result
+            if result == MetricExportResult.SUCCESS:
+                self.points_exported += n
+            else:
+                self._ledger.record("metric_points", self.sink, DropReason.EXPORT_FAILED, n)
+        return result
+
+    def abandon(self) -> None:
+        """Shutdown deadline passed: count an export still in flight as lost."""
+        with self._lock:
+            if not self._abandoned and self._in_flight:
+                self._ledger.record("metric_points", self.sink, DropReason.SHUTDOWN,
+                                    self._in_flight)
+            self._abandoned = True
+
+    def force_flush(self, timeout_millis: float = 10_000) -> bool:
+        return self.inner.force_flush(timeout_millis=timeout_millis)
+
+    def shutdown(self, timeout_millis: float = 30_000, **kwargs: object) -> None:
+        self.inner.shutdown(timeout_millis=timeout_millis)
