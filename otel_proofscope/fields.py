@@ -25,6 +25,18 @@ FieldLike = int | Sequence[int] | CanonicalField
 
 def canonical(element: object) -> str:
     """Canonical string of a field element; raises ValueError for non-elements."""
+    # Fast path first: this runs once per coefficient per sumcheck round.
+    kind = type(element)
+    if kind is int:
+        return str(element)
+    if (kind is tuple or kind is list) and element and all(
+        type(x) is int for x in element  # type: ignore[attr-defined]
+    ):
+        return "(" + ",".join(map(str, element)) + ")"  # type: ignore[call-overload]
+    return _canonical_slow(element)
+
+
+def _canonical_slow(element: object) -> str:
     if isinstance(element, bool):
         raise ValueError(f"field element must be an integer or limb tuple, got bool {element!r}")
     if isinstance(element, Integral):
@@ -33,12 +45,15 @@ def canonical(element: object) -> str:
         return element.__proofscope_field__()
     if isinstance(element, str):
         raise ValueError(f"field element must be an integer or limb tuple, got str {element!r}")
-    if isinstance(element, Sequence) or hasattr(element, "tolist"):
-        limbs: object = element.tolist() if hasattr(element, "tolist") else list(element)
-        if isinstance(limbs, list) and limbs and all(
-            isinstance(x, Integral) and not isinstance(x, bool) for x in limbs
-        ):
-            return "(" + ",".join(str(int(x)) for x in limbs) + ")"
+    limbs: object = None
+    if hasattr(element, "tolist"):
+        limbs = element.tolist()
+    elif isinstance(element, Sequence):
+        limbs = list(element)
+    if isinstance(limbs, list) and limbs and all(
+        isinstance(x, Integral) and not isinstance(x, bool) for x in limbs
+    ):
+        return "(" + ",".join(str(int(x)) for x in limbs) + ")"
     raise ValueError(
         f"field element must be an integer or a non-empty tuple of integer limbs, "
         f"got {type(element).__name__} {element!r:.80}"

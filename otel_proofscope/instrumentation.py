@@ -545,6 +545,8 @@ def _record_round(layer: _LayerState, round: int, poly: Lazy, claim: Lazy,
     try:
         coeffs = poly() if callable(poly) else poly
         poly_s = [fields.canonical(c) for c in coeffs]
+        if not poly_s:
+            raise ValueError("poly: a round polynomial needs at least one coefficient")
         claim_s = fields.canonical(claim() if callable(claim) else claim)
     except (ValueError, TypeError) as exc:
         REJECTIONS.record("poly/claim", "not_a_field_element")

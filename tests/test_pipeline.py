@@ -1,0 +1,200 @@
+"""The bounded pipeline: exact drop accounting, bounded shutdown, fork safety."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import pytest
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+
+from otel_proofscope.pipeline.config import configure
+from otel_proofscope.pipeline.drops import DROPS, DropLedger
+from otel_proofscope.pipeline.processor import BoundedBatchSpanProcessor
+
+
+class Gate(SpanExporter):
+    """Blocks every export until released; counts what it received."""
+
+    def __init__(self, result: SpanExportResult = SpanExportResult.SUCCESS) -> None:
+        self.release = threading.Event()
+        self.received = 0
+        self.result = result
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        self.release.wait(30)
+        self.received += len(spans)
+        return self.result
+
+    def shutdown(self) -> None:
+        self.release.set()
+
+
+def make_spans(provider: TracerProvider, n: int, events: int = 0) -> None:
+    tracer = provider.get_tracer("t")
+    for _ in range(n):
+        with tracer.start_as_current_span("s") as span:
+            for i in range(events):
+                span.add_event("e", {"i": i})
+
+
+def test_queue_full_drops_are_exact() -> None:
+    ledger = DropLedger()
+    gate = Gate()
+    proc = BoundedBatchSpanProcessor(gate, sink="gate", max_queue_size=10, max_batch_size=5,
+                                     ledger=ledger)
+    provider = TracerProvider()
+    provider.add_span_processor(proc)
+    make_spans(provider, 1)  # starts the worker, which then blocks in export
+    time.sleep(0.7)
+    make_spans(provider, 25, events=2)
+    gate.release.set()
+    assert proc.force_flush(5000)
+    # 1 in the first batch, 10 queued, 15 dropped
+    assert gate.received == 11
+    assert ledger.total(signal="spans", reason="queue_full") == 15
+    assert ledger.total(signal="span_events", reason="queue_full") == 30
+    assert proc.stats.spans == 11
+    proc.shutdown(1000)
+
+
+def test_failed_exports_are_counted() -> None:
+    ledger = DropLedger()
+    gate = Gate(SpanExportResult.FAILURE)
+    gate.release.set()
+    proc = BoundedBatchSpanProcessor(gate, sink="bad", ledger=ledger)
+    provider = TracerProvider()
+    provider.add_span_processor(proc)
+    make_spans(provider, 7, events=3)
+    proc.shutdown(2000)
+    assert ledger.total(signal="spans", reason="export_failed") == 7
+    assert ledger.total(signal="span_events", reason="export_failed") == 21
+
+
+def test_shutdown_is_bounded_when_the_exporter_hangs() -> None:
+    ledger = DropLedger()
+    gate = Gate()  # never released by the test
+    proc = BoundedBatchSpanProcessor(gate, sink="hang", ledger=ledger, max_batch_size=4)
+    provider = TracerProvider()
+    provider.add_span_processor(proc)
+    make_spans(provider, 10)
+    time.sleep(0.2)
+    start = time.monotonic()
+    proc.shutdown(500)
+    assert time.monotonic() - start < 1.5
+    assert ledger.total(signal="spans", reason="shutdown") == 10
+    make_spans(provider, 2)  # after shutdown: counted, not queued
+    assert ledger.total(signal="spans", reason="shutdown") == 12
+
+
+@pytest.fixture
+def blackhole() -> Iterator[int]:
+    """A TCP port that accepts connections and never answers."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(64)
+    conns: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        server.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                conns.append(server.accept()[0])
+            except OSError:
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield server.getsockname()[1]
+    stop.set()
+    thread.join(2)
+    for c in conns:
+        c.close()
+    server.close()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http/protobuf"])
+@pytest.mark.parametrize("endpoint_kind", ["closed", "blackhole"])
+def test_dead_collector_exit_is_bounded_and_losses_exact(
+        monkeypatch: pytest.MonkeyPatch, blackhole: int, protocol: str,
+        endpoint_kind: str) -> None:
+    port = blackhole if endpoint_kind == "blackhole" else free_port()
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{port}")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", protocol)
+    telemetry = configure(set_global=False, rerun="off", shutdown_timeout_s=2.0)
+    tracer = telemetry.tracer
+    spans = events = 0
+    for p in range(3):
+        with tracer.proof(system="gkr"):
+            spans += 1
+            for i in range(4):
+                with tracer.layer(index=i, kind="MatMul", rounds=3):
+                    spans += 1
+                    for r in range(3):
+                        tracer.sumcheck_round(r, poly=[1, 2], claim=p)
+                        events += 1
+    start = time.monotonic()
+    report = telemetry.shutdown()
+    elapsed = time.monotonic() - start
+    assert elapsed < 3.0, elapsed
+    assert report.spans_exported == {"otlp": 0}
+    assert DROPS.total(signal="spans", sink="otlp") == spans
+    assert DROPS.total(signal="span_events", sink="otlp") == events
+    assert any("otlp" in line for line in report.lines())
+
+
+def test_forked_child_does_not_reexport_parent_spans(tmp_path: Path) -> None:
+    from otel_proofscope.pipeline.processor import BoundedBatchSpanProcessor as BBSP
+
+    received: list[str] = []
+    r, w = os.pipe()
+
+    class Recorder(SpanExporter):
+        def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+            for s in spans:
+                os.write(w, f"{os.getpid()}:{s.name}\n".encode())
+            return SpanExportResult.SUCCESS
+
+    gate = threading.Event()
+
+    class Slow(Recorder):
+        def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+            gate.wait(5)
+            return super().export(spans)
+
+    proc = BBSP(Slow(), sink="rec", schedule_delay_s=0.05)
+    provider = TracerProvider()
+    provider.add_span_processor(proc)
+    make_spans(provider, 1)  # worker blocks on the gate; nothing else exported yet
+    tracer = provider.get_tracer("t")
+    with tracer.start_as_current_span("parent-queued"):
+        pass
+    pid = os.fork()
+    if pid == 0:  # child: its own span only
+        gate.set()
+        with tracer.start_as_current_span("child-span"):
+            pass
+        proc.shutdown(3000)
+        os._exit(0)
+    os.waitpid(pid, 0)
+    gate.set()
+    proc.shutdown(3000)
+    os.close(w)
+    with os.fdopen(r) as f:
+        received = f.read().splitlines()
+    child = [x.split(":")[1] for x in received if x.startswith(f"{pid}:")]
+    parent = [x.split(":")[1] for x in received if x.startswith(f"{os.getpid()}:")]
+    assert child == ["child-span"]
+    assert sorted(parent) == ["parent-queued", "s"]
