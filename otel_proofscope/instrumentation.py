@@ -259,7 +259,7 @@ class ProofTracer:
     def _proof_cm(self, attrs: dict[str, AttributeValue], system: str,
                   backend: str) -> Iterator[ProofHandle]:
         start = time.perf_counter_ns()
-        with self._tracer.start_as_current_span(SpanName.PROOF, attributes=attrs) as span:
+        with self._span(SpanName.PROOF, attrs) as span:
             state = _ProofState(span, system, backend, start)
             token = _current_proof.set(state)
             handle = ProofHandle(span, state)
@@ -316,7 +316,7 @@ class ProofTracer:
                   rounds: int) -> Iterator[LayerHandle]:
         global _active_layers
         start = time.perf_counter_ns()
-        with self._tracer.start_as_current_span(SpanName.LAYER, attributes=attrs) as span:
+        with self._span(SpanName.LAYER, attrs) as span:
             recording = span.is_recording()
             state = _LayerState(span, _current_proof.get(), index, kind, rounds, start)
             token = _current_layer.set(state)
@@ -377,8 +377,22 @@ class ProofTracer:
     @contextmanager
     def _simple_cm(self, name: str, attrs: dict[str, AttributeValue], handle_cls: type[Any],
                    *extra: Any) -> Iterator[Any]:
-        with self._tracer.start_as_current_span(name, attributes=attrs) as span:
+        with self._span(name, attrs) as span:
             yield handle_cls(span, *extra)
+
+    @contextmanager
+    def _span(self, name: str, attrs: dict[str, AttributeValue]) -> Iterator[Span]:
+        with self._tracer.start_as_current_span(name, attributes=attrs) as span:
+            try:
+                yield span
+            except (SystemExit, KeyboardInterrupt) as exc:
+                # The OTel API records only Exception subclasses; a proof cut short by
+                # SIGTERM or Ctrl-C did not complete, so its spans must say so.
+                if span.is_recording():
+                    span.record_exception(exc)
+                    span.set_status(Status(StatusCode.ERROR, f"interrupted: "
+                                                              f"{type(exc).__name__}"))
+                raise
 
     def _record_verified(self, ok: bool) -> None:
         proof = _current_proof.get()

@@ -20,6 +20,7 @@ from __future__ import annotations
 import atexit
 import logging
 import os
+import signal
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -52,6 +53,7 @@ _log = logging.getLogger(__name__)
 
 DEFAULT_OUT_DIR = "proofscope-out"
 DEFAULT_MAX_EVENTS_PER_SPAN = 16_384
+DEFAULT_MAX_QUEUE = 8_192
 
 
 def _env_bool(name: str) -> bool | None:
@@ -81,13 +83,13 @@ def _env_list(name: str) -> list[str] | None:
     return [p.strip().lower() for p in raw.split(",") if p.strip()]
 
 
-def otlp_endpoint_configured(signal: str) -> bool:
+def otlp_endpoint_configured(kind: str) -> bool:
     return bool(os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
-                or os.environ.get(f"OTEL_EXPORTER_OTLP_{signal.upper()}_ENDPOINT"))
+                or os.environ.get(f"OTEL_EXPORTER_OTLP_{kind.upper()}_ENDPOINT"))
 
 
-def _otlp_protocol(signal: str) -> str:
-    return (os.environ.get(f"OTEL_EXPORTER_OTLP_{signal.upper()}_PROTOCOL")
+def _otlp_protocol(kind: str) -> str:
+    return (os.environ.get(f"OTEL_EXPORTER_OTLP_{kind.upper()}_PROTOCOL")
             or os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL") or "grpc").strip().lower()
 
 
@@ -255,7 +257,8 @@ def configure(
     metric_interval_s: float | None = None,
     shutdown_timeout_s: float | None = None,
     max_events_per_span: int | None = None,
-    max_queue_size: int = 65_536,
+    max_queue_size: int | None = None,
+    handle_sigterm: bool = True,
     span_exporters: Sequence[tuple[str, SpanExporter]] = (),
     metric_readers: Sequence[MetricReader] = (),
     set_global: bool = True,
@@ -277,6 +280,10 @@ def configure(
         shutdown_timeout_s: bound on ``shutdown()`` and on process exit
             (``PROOFSCOPE_SHUTDOWN_TIMEOUT``, default 3 s).
         span_exporters / metric_readers: extra ``(sink_name, exporter)`` pairs / readers.
+        max_queue_size: spans queued per sink before new ones are dropped and counted
+            (``PROOFSCOPE_MAX_QUEUE``, default 8192: bounds memory with a dead collector).
+        handle_sigterm: when SIGTERM has its default action, turn it into ``SystemExit``
+            so open spans end (marked as errors) and the bounded shutdown runs at exit.
         set_global: install the providers globally (``get_tracer()`` then uses them).
     """
     bound = shutdown_timeout_s or _env_float("PROOFSCOPE_SHUTDOWN_TIMEOUT", 3.0)
@@ -292,6 +299,8 @@ def configure(
         prometheus_port = int(os.environ["PROOFSCOPE_PROMETHEUS_PORT"])
     max_events = max_events_per_span or int(
         os.environ.get("PROOFSCOPE_MAX_EVENTS_PER_SPAN", DEFAULT_MAX_EVENTS_PER_SPAN))
+    queue_size = max_queue_size or int(os.environ.get("PROOFSCOPE_MAX_QUEUE",
+                                                      DEFAULT_MAX_QUEUE))
     directory = Path(out_dir or os.environ.get("PROOFSCOPE_OUT_DIR") or DEFAULT_OUT_DIR)
 
     attrs: dict[str, str] = {"telemetry.distro.name": "otel_proofscope",
@@ -315,7 +324,7 @@ def configure(
         if not local and not export_w:
             exporter = WitnessFilter(exporter)
             witness_filters.append(exporter)
-        proc = BoundedBatchSpanProcessor(exporter, sink=sink, max_queue_size=max_queue_size)
+        proc = BoundedBatchSpanProcessor(exporter, sink=sink, max_queue_size=queue_size)
         tracer_provider.add_span_processor(proc)
         processors.append(proc)
 
@@ -401,7 +410,23 @@ def configure(
         metric_exporters=counted, shutdown_timeout_s=bound, out_dir=used_dir,
         witness_filters=witness_filters, _closers=closers)
     atexit.register(telemetry.shutdown)
+    if handle_sigterm:
+        _sigterm_to_exit()
     return telemetry
+
+
+def _sigterm_to_exit() -> None:
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        return  # the application has its own handler; leave it alone
+
+    def terminate(signum: int, _frame: object) -> None:
+        # Unwinds the prover: open spans end with status ERROR, then atexit flushes
+        # within the shutdown bound. 128 + 15 is the conventional exit code.
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, terminate)
 
 
 def _prometheus_reader(port: int, closers: list[Any]) -> MetricReader:
