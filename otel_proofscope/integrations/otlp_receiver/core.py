@@ -1,0 +1,254 @@
+"""Transport-neutral core of the OTLP receiver: admission, auth, size cap, decode, export.
+
+The gRPC and HTTP front ends only translate between their wire and an :class:`Outcome`;
+every decision (and every count in the drop ledger) is made here, once, so both
+transports reject the same request the same way.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import threading
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+from google.protobuf.message import Message  # type: ignore[import-untyped]
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
+    ExportMetricsServiceRequest,
+)
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult, MetricsData
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+
+from otel_proofscope.integrations.otlp_receiver import codec, convert
+from otel_proofscope.pipeline.drops import DROPS, DropLedger
+from otel_proofscope.semconv import DropReason
+
+_log = logging.getLogger("otel_proofscope.serve")
+
+#: Sink name under which the receiver counts what it rejects or loses.
+SINK = "otlp_receiver"
+#: Drop reason for a request without the right bearer token (not yet in semconv.DropReason).
+REASON_UNAUTHENTICATED = "unauthenticated"
+#: Drop reason for a request turned away because the receiver was busy.
+REASON_BUSY = DropReason.QUEUE_FULL.value
+
+DEFAULT_MAX_MESSAGE_BYTES = 4 * 1024 * 1024
+DEFAULT_MAX_CONCURRENT = 8
+#: How long a request waits for a free slot before it is turned away as busy.
+ADMISSION_TIMEOUT_S = 5.0
+#: Bound on one downstream export call (the SDK exporters' own timeout argument).
+EXPORT_TIMEOUT_MS = 10_000.0
+
+_ITEM_SIGNAL = {codec.Signal.TRACES: "spans", codec.Signal.METRICS: "metric_points"}
+
+
+class Outcome(StrEnum):
+    """What happened to one request; each front end maps it to its status codes."""
+
+    OK = "ok"
+    INVALID = "invalid"
+    TOO_LARGE = "too_large"
+    UNAUTHENTICATED = "unauthenticated"
+    UNSUPPORTED_MEDIA_TYPE = "unsupported_media_type"
+    BUSY = "busy"
+
+
+_REASON = {
+    Outcome.INVALID: DropReason.INVALID.value,
+    Outcome.TOO_LARGE: DropReason.SIZE_CAP.value,
+    Outcome.UNAUTHENTICATED: REASON_UNAUTHENTICATED,
+    Outcome.UNSUPPORTED_MEDIA_TYPE: DropReason.INVALID.value,
+    Outcome.BUSY: REASON_BUSY,
+}
+
+
+@dataclass(frozen=True)
+class Result:
+    outcome: Outcome
+    message: str = ""
+    #: The export response (OK only); carries partial success when items were rejected.
+    response: Message | None = None
+
+
+def requests_signal(signal: codec.Signal) -> str:
+    """Drop-ledger signal for whole requests refused before their items were known."""
+    return f"otlp_{signal.value}_requests"
+
+
+class Ingest:
+    """Checks, decodes and converts OTLP requests and feeds SDK exporters."""
+
+    def __init__(self, span_exporters: Sequence[SpanExporter] = (),
+                 metric_exporters: Sequence[MetricExporter] = (), *,
+                 token: str | None = None,
+                 max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+                 max_concurrent: int = DEFAULT_MAX_CONCURRENT,
+                 ledger: DropLedger = DROPS) -> None:
+        if max_message_bytes <= 0:
+            raise ValueError(f"max_message_bytes must be positive, got {max_message_bytes}")
+        if max_concurrent <= 0:
+            raise ValueError(f"max_concurrent must be positive, got {max_concurrent}")
+        self.span_exporters = list(span_exporters)
+        self.metric_exporters = list(metric_exporters)
+        self.max_message_bytes = max_message_bytes
+        self.max_concurrent = max_concurrent
+        self._token = f"Bearer {token}".encode() if token else None
+        self._ledger = ledger
+        self._admission = threading.BoundedSemaphore(max_concurrent)
+        # SDK exporters are not promised to be thread-safe; requests arrive concurrently.
+        self._export_lock = threading.Lock()
+        self._stats_lock = threading.Lock()
+        self._requests: Counter[tuple[str, str]] = Counter()
+        self._items: Counter[str] = Counter()
+
+    # ── checks the front ends run before they have the body ─────────────────────────
+
+    @property
+    def requires_token(self) -> bool:
+        return self._token is not None
+
+    def authorized(self, authorization: str | None) -> bool:
+        """Whether an ``Authorization`` header value carries the configured bearer token."""
+        if self._token is None:
+            return True
+        if not authorization:
+            return False
+        scheme, _, credentials = authorization.strip().partition(" ")
+        presented = f"Bearer {credentials.strip()}".encode()
+        return scheme.lower() == "bearer" and hmac.compare_digest(presented, self._token)
+
+    def admit(self, timeout_s: float = ADMISSION_TIMEOUT_S) -> bool:
+        return self._admission.acquire(timeout=timeout_s)
+
+    def release(self) -> None:
+        self._admission.release()
+
+    def reject(self, signal: codec.Signal, outcome: Outcome, message: str) -> Result:
+        """Count a refused request and build its result."""
+        self._ledger.record(requests_signal(signal), SINK, _REASON[outcome])
+        self._count(signal, outcome)
+        _log.info("rejected OTLP %s request (%s): %s", signal.value, outcome.value, message)
+        return Result(outcome, message)
+
+    # ── the request itself ──────────────────────────────────────────────────────────
+
+    def handle(self, signal: codec.Signal, body: bytes, encoding: codec.Encoding) -> Result:
+        """Decode, convert and export one request body (auth already checked)."""
+        if len(body) > self.max_message_bytes:
+            return self.reject(signal, Outcome.TOO_LARGE,
+                               f"request of {len(body)} bytes exceeds the cap of "
+                               f"{self.max_message_bytes} bytes")
+        try:
+            request = codec.decode(signal, body, encoding)
+        except codec.BadRequest as exc:
+            return self.reject(signal, Outcome.INVALID, str(exc))
+        if signal is codec.Signal.TRACES:
+            assert isinstance(request, ExportTraceServiceRequest)
+            return self.handle_traces(request)
+        assert isinstance(request, ExportMetricsServiceRequest)
+        return self.handle_metrics(request)
+
+    def handle_traces(self, request: ExportTraceServiceRequest) -> Result:
+        batch = convert.spans_from_request(request)
+        rejected, message = batch.rejected, batch.error_message
+        if rejected:
+            self._ledger.record("spans", SINK, DropReason.INVALID.value, rejected)
+        accepted = len(batch.spans)
+        if batch.spans:
+            failed = self._export_spans(batch.spans)
+            if failed:
+                rejected += accepted
+                accepted = 0
+                message = "; ".join(m for m in (message, failed) if m)
+        self._count(codec.Signal.TRACES, Outcome.OK, accepted=accepted, rejected=rejected)
+        return Result(Outcome.OK, message,
+                      codec.response(codec.Signal.TRACES, rejected, message))
+
+    def handle_metrics(self, request: ExportMetricsServiceRequest) -> Result:
+        batch = convert.metrics_from_request(request)
+        rejected, message = batch.rejected, batch.error_message
+        if rejected:
+            self._ledger.record("metric_points", SINK, DropReason.INVALID.value, rejected)
+        accepted = batch.points
+        if batch.points:
+            failed = self._export_metrics(batch.data, batch.points)
+            if failed:
+                rejected += batch.points
+                accepted = 0
+                message = "; ".join(m for m in (message, failed) if m)
+        self._count(codec.Signal.METRICS, Outcome.OK, accepted=accepted, rejected=rejected)
+        return Result(Outcome.OK, message,
+                      codec.response(codec.Signal.METRICS, rejected, message))
+
+    # Returns an error message when every sink failed (the items are then lost for good
+    # and reported as rejected); a sink that fails while another succeeds is only counted.
+    def _export_spans(self, spans: list[ReadableSpan]) -> str:
+        if not self.span_exporters:
+            return ""
+        errors: list[str] = []
+        with self._export_lock:
+            for exporter in self.span_exporters:
+                try:
+                    ok = exporter.export(spans) is SpanExportResult.SUCCESS
+                    why = "export failed"
+                except Exception as exc:
+                    ok, why = False, f"{type(exc).__name__}: {exc}"
+                    _log.exception("span exporter %s raised", type(exporter).__name__)
+                if not ok:
+                    name = type(exporter).__name__
+                    self._ledger.record("spans", f"{SINK}:{name}",
+                                        DropReason.EXPORT_FAILED.value, len(spans))
+                    errors.append(f"{name}: {why}")
+        return "; ".join(errors) if len(errors) == len(self.span_exporters) else ""
+
+    def _export_metrics(self, data: MetricsData, points: int) -> str:
+        if not self.metric_exporters:
+            return ""
+        errors: list[str] = []
+        with self._export_lock:
+            for exporter in self.metric_exporters:
+                try:
+                    result = exporter.export(data, timeout_millis=EXPORT_TIMEOUT_MS)
+                    ok = result is MetricExportResult.SUCCESS
+                    why = "export failed"
+                except Exception as exc:
+                    ok, why = False, f"{type(exc).__name__}: {exc}"
+                    _log.exception("metric exporter %s raised", type(exporter).__name__)
+                if not ok:
+                    name = type(exporter).__name__
+                    self._ledger.record("metric_points", f"{SINK}:{name}",
+                                        DropReason.EXPORT_FAILED.value, points)
+                    errors.append(f"{name}: {why}")
+        return "; ".join(errors) if len(errors) == len(self.metric_exporters) else ""
+
+    # ── bookkeeping ─────────────────────────────────────────────────────────────────
+
+    def _count(self, signal: codec.Signal, outcome: Outcome, accepted: int = 0,
+               rejected: int = 0) -> None:
+        with self._stats_lock:
+            self._requests[(signal.value, outcome.value)] += 1
+            item = _ITEM_SIGNAL[signal]
+            self._items[f"{item}_accepted"] += accepted
+            self._items[f"{item}_rejected"] += rejected
+
+    def stats(self) -> dict[str, int]:
+        """Counts so far: ``requests.<signal>.<outcome>`` and ``<items>_accepted|rejected``."""
+        with self._stats_lock:
+            out = {f"requests.{s}.{o}": n for (s, o), n in self._requests.items()}
+            out.update(self._items)
+            return out
+
+    def shutdown(self) -> None:
+        with self._export_lock:
+            exporters: list[SpanExporter | MetricExporter] = [*self.span_exporters,
+                                                              *self.metric_exporters]
+            for exp in exporters:
+                try:
+                    exp.shutdown()
+                except Exception:
+                    _log.exception("exporter %s failed to shut down", type(exp).__name__)

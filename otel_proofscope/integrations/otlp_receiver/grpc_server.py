@@ -1,0 +1,118 @@
+"""OTLP/gRPC front end: TraceService and MetricsService on a grpcio server.
+
+The servicers subclass the generated ones from ``opentelemetry-proto`` but are registered
+with raw-bytes request deserializers: when grpcio's own deserializer fails it answers
+INTERNAL and the request never reaches us, whereas a malformed OTLP request must get
+INVALID_ARGUMENT and be counted. The same holds for the size cap: gRPC core is allowed a
+transport ceiling above the cap (:data:`CEILING_FACTOR` × cap) so that oversized requests
+reach the core here, are counted and get RESOURCE_EXHAUSTED; only a request above the
+ceiling is refused by gRPC core itself (same code, not counted: it never arrives).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from concurrent import futures
+from typing import Any
+
+import grpc
+from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2, metrics_service_pb2_grpc
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
+
+from otel_proofscope.integrations.otlp_receiver import codec
+from otel_proofscope.integrations.otlp_receiver.core import Ingest, Outcome
+
+#: gRPC core's receive limit, as a multiple of the receiver's own cap.
+CEILING_FACTOR = 4
+#: Seconds in-flight calls get to finish when the server stops.
+STOP_GRACE_S = 2.0
+
+GRPC_CODE: dict[Outcome, grpc.StatusCode] = {
+    Outcome.OK: grpc.StatusCode.OK,
+    Outcome.INVALID: grpc.StatusCode.INVALID_ARGUMENT,
+    Outcome.TOO_LARGE: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    Outcome.UNAUTHENTICATED: grpc.StatusCode.UNAUTHENTICATED,
+    Outcome.UNSUPPORTED_MEDIA_TYPE: grpc.StatusCode.INVALID_ARGUMENT,
+    Outcome.BUSY: grpc.StatusCode.UNAVAILABLE,
+}
+
+_TRACE_SERVICE = trace_service_pb2.DESCRIPTOR.services_by_name["TraceService"].full_name
+_METRICS_SERVICE = metrics_service_pb2.DESCRIPTOR.services_by_name["MetricsService"].full_name
+
+
+def _export(ingest: Ingest, signal: codec.Signal, body: bytes,
+            context: grpc.ServicerContext) -> bytes:
+    metadata = {k.lower(): v for k, v in context.invocation_metadata()
+                if isinstance(v, str)}
+    if not ingest.authorized(metadata.get("authorization")):
+        result = ingest.reject(signal, Outcome.UNAUTHENTICATED,
+                               "missing or wrong bearer token (metadata 'authorization')")
+    elif not ingest.admit():
+        result = ingest.reject(signal, Outcome.BUSY, "receiver busy, retry later")
+    else:
+        try:
+            result = ingest.handle(signal, body, codec.Encoding.PROTOBUF)
+        finally:
+            ingest.release()
+    if result.outcome is Outcome.OK and result.response is not None:
+        return codec.encode(result.response, codec.Encoding.PROTOBUF)
+    context.abort(GRPC_CODE[result.outcome], result.message)
+    raise AssertionError("unreachable: context.abort raises")  # pragma: no cover
+
+
+class TraceServicer(trace_service_pb2_grpc.TraceServiceServicer):
+    """``TraceService/Export`` taking the serialized request (see module doc)."""
+
+    def __init__(self, ingest: Ingest) -> None:
+        self._ingest = ingest
+
+    def Export(self, request: Any, context: Any) -> Any:
+        return _export(self._ingest, codec.Signal.TRACES, request, context)
+
+
+class MetricsServicer(metrics_service_pb2_grpc.MetricsServiceServicer):
+    """``MetricsService/Export`` taking the serialized request (see module doc)."""
+
+    def __init__(self, ingest: Ingest) -> None:
+        self._ingest = ingest
+
+    def Export(self, request: Any, context: Any) -> Any:
+        return _export(self._ingest, codec.Signal.METRICS, request, context)
+
+
+def _raw_handler(service: str, export: Callable[[Any, Any], Any]) -> grpc.GenericRpcHandler:
+    # Same shape as the generated add_*Servicer_to_server, minus the deserializer.
+    method = grpc.unary_unary_rpc_method_handler(
+        export, request_deserializer=None, response_serializer=None)
+    return grpc.method_handlers_generic_handler(service, {"Export": method})
+
+
+class GrpcReceiver:
+    """An OTLP/gRPC server bound to ``host:port`` (port 0 picks a free one)."""
+
+    def __init__(self, ingest: Ingest, host: str = "127.0.0.1", port: int = 4317) -> None:
+        ceiling = CEILING_FACTOR * ingest.max_message_bytes
+        self._server = grpc.server(
+            futures.ThreadPoolExecutor(max_workers=ingest.max_concurrent,
+                                       thread_name_prefix="proofscope-otlp-grpc"),
+            options=[("grpc.max_receive_message_length", ceiling),
+                     ("grpc.so_reuseport", 0)])
+        self._server.add_generic_rpc_handlers((
+            _raw_handler(_TRACE_SERVICE, TraceServicer(ingest).Export),
+            _raw_handler(_METRICS_SERVICE, MetricsServicer(ingest).Export),
+        ))
+        address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        self.port: int = self._server.add_insecure_port(address)
+        if not self.port:
+            raise OSError(f"cannot bind OTLP/gRPC to {address}")
+        self.host = host
+
+    @property
+    def endpoint(self) -> str:
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+    def start(self) -> None:
+        self._server.start()
+
+    def stop(self, grace_s: float = STOP_GRACE_S) -> None:
+        self._server.stop(grace_s).wait(grace_s + 1.0)

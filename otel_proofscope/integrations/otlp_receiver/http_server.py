@@ -1,0 +1,279 @@
+"""OTLP/HTTP front end: ``POST /v1/traces`` and ``/v1/metrics``, protobuf or JSON.
+
+Built on the standard library's ``ThreadingHTTPServer``. Checks run before the body is
+read (token, media type, declared length), so an unauthorized or oversized request costs
+no memory; a rejected body is drained (up to :data:`DRAIN_FACTOR` × cap) only so that
+clients which send the whole body before reading the answer see the status instead of a
+reset connection. Error bodies are ``google.rpc.Status`` in the request's encoding, as
+OTLP/HTTP specifies.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import zlib
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from otel_proofscope.integrations.otlp_receiver import codec
+from otel_proofscope.integrations.otlp_receiver.core import Ingest, Outcome, Result
+from otel_proofscope.integrations.otlp_receiver.grpc_server import GRPC_CODE
+
+_log = logging.getLogger("otel_proofscope.serve.http")
+
+#: A rejected body is read and discarded up to this multiple of the cap, then we hang up.
+DRAIN_FACTOR = 4
+#: Seconds a client may stall mid-request before its connection is closed.
+SOCKET_TIMEOUT_S = 15.0
+_CHUNK = 64 * 1024
+
+HTTP_STATUS: dict[Outcome, HTTPStatus] = {
+    Outcome.OK: HTTPStatus.OK,
+    Outcome.INVALID: HTTPStatus.BAD_REQUEST,
+    Outcome.TOO_LARGE: HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
+    Outcome.UNAUTHENTICATED: HTTPStatus.UNAUTHORIZED,
+    Outcome.UNSUPPORTED_MEDIA_TYPE: HTTPStatus.UNSUPPORTED_MEDIA_TYPE,
+    Outcome.BUSY: HTTPStatus.SERVICE_UNAVAILABLE,
+}
+
+
+class _BodyError(Exception):
+    def __init__(self, outcome: Outcome, message: str) -> None:
+        super().__init__(message)
+        self.outcome = outcome
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    block_on_close = False
+    ingest: Ingest
+
+
+class _IPv6Server(_Server):
+    address_family = socket.AF_INET6
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+    protocol_version = "HTTP/1.1"
+    server_version = "proofscope-otlp"
+    sys_version = ""
+    timeout = SOCKET_TIMEOUT_S
+    _body_read = False
+
+    def log_message(self, format: str, *args: Any) -> None:
+        _log.debug("%s %s", self.address_string(), format % args)
+
+    # ── verbs ───────────────────────────────────────────────────────────────────────
+
+    def do_POST(self) -> None:
+        ingest = self.server.ingest
+        self._body_read = False
+        signal = codec.PATHS.get(self.path.split("?", 1)[0])
+        if signal is None:
+            self._plain(HTTPStatus.NOT_FOUND, "OTLP endpoints: /v1/traces, /v1/metrics")
+            return
+        encoding = codec.media_type(self.headers.get("Content-Type"))
+        reply_as = encoding or codec.Encoding.JSON
+        if not ingest.authorized(self.headers.get("Authorization")):
+            self._reject(ingest.reject(signal, Outcome.UNAUTHENTICATED,
+                                       "missing or wrong bearer token"), reply_as)
+            return
+        if encoding is None:
+            self._reject(ingest.reject(
+                signal, Outcome.UNSUPPORTED_MEDIA_TYPE,
+                f"Content-Type {self.headers.get('Content-Type')!r} is not supported; use "
+                f"{codec.Encoding.PROTOBUF.value} or {codec.Encoding.JSON.value}"), reply_as)
+            return
+        content_encoding = (self.headers.get("Content-Encoding") or "identity").strip().lower()
+        if content_encoding not in ("identity", "gzip"):
+            self._reject(ingest.reject(signal, Outcome.UNSUPPORTED_MEDIA_TYPE,
+                                       f"Content-Encoding {content_encoding!r} is not "
+                                       "supported; use gzip or none"), encoding)
+            return
+        if not ingest.admit():
+            self._reject(ingest.reject(signal, Outcome.BUSY, "receiver busy, retry later"),
+                         encoding)
+            return
+        try:
+            try:
+                body = self._read_body(ingest.max_message_bytes)
+                if content_encoding == "gzip":
+                    body = _gunzip(body, ingest.max_message_bytes)
+            except _BodyError as exc:
+                self._reject(ingest.reject(signal, exc.outcome, str(exc)), encoding)
+                return
+            result = ingest.handle(signal, body, encoding)
+        finally:
+            ingest.release()
+        if result.outcome is Outcome.OK and result.response is not None:
+            self._send(HTTPStatus.OK, codec.encode(result.response, encoding), encoding.value)
+        else:
+            self._reject(result, encoding)
+
+    def do_GET(self) -> None:
+        if self.path.split("?", 1)[0] in codec.PATHS:
+            self._plain(HTTPStatus.METHOD_NOT_ALLOWED, "use POST", {"Allow": "POST"})
+        else:
+            self._plain(HTTPStatus.NOT_FOUND, "OTLP endpoints: /v1/traces, /v1/metrics")
+
+    do_PUT = do_DELETE = do_PATCH = do_HEAD = do_GET
+
+    # ── body ────────────────────────────────────────────────────────────────────────
+
+    def _read_body(self, cap: int) -> bytes:
+        self._body_read = True
+        if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
+            return self._read_chunked(cap)
+        raw = self.headers.get("Content-Length")
+        if raw is None:
+            self.close_connection = True
+            raise _BodyError(Outcome.INVALID, "Content-Length or chunked encoding required")
+        try:
+            length = int(raw)
+            if length < 0:
+                raise ValueError(raw)
+        except ValueError:
+            self.close_connection = True
+            raise _BodyError(Outcome.INVALID, f"bad Content-Length {raw!r}") from None
+        if length > cap:
+            self._drain(length, cap)
+            raise _BodyError(Outcome.TOO_LARGE,
+                             f"request of {length} bytes exceeds the cap of {cap} bytes")
+        body = self.rfile.read(length)
+        if len(body) != length:
+            self.close_connection = True
+            raise _BodyError(Outcome.INVALID, f"body ended after {len(body)} of {length} bytes")
+        return body
+
+    def _read_chunked(self, cap: int) -> bytes:
+        parts: list[bytes] = []
+        total = 0
+        while True:
+            line = self.rfile.readline(1024)
+            try:
+                size = int(line.split(b";", 1)[0].strip(), 16)
+                if size < 0:
+                    raise ValueError(line)
+            except ValueError:
+                self.close_connection = True
+                raise _BodyError(Outcome.INVALID, "malformed chunked body") from None
+            if size == 0:
+                while self.rfile.readline(1024).strip():  # trailers
+                    pass
+                return b"".join(parts)
+            total += size
+            if total > cap:
+                self.close_connection = True
+                raise _BodyError(Outcome.TOO_LARGE,
+                                 f"chunked request exceeds the cap of {cap} bytes")
+            chunk = self.rfile.read(size)
+            self.rfile.readline(16)
+            if len(chunk) != size:
+                self.close_connection = True
+                raise _BodyError(Outcome.INVALID, "chunked body ended early")
+            parts.append(chunk)
+
+    def _drain(self, length: int, cap: int) -> None:
+        if length > DRAIN_FACTOR * cap:
+            self.close_connection = True
+            return
+        left = length
+        while left > 0:
+            got = self.rfile.read(min(left, _CHUNK))
+            if not got:
+                self.close_connection = True
+                return
+            left -= len(got)
+
+    def _discard_unread_body(self) -> None:
+        # A request refused before its body was read: drain it so keep-alive stays in sync.
+        if self._body_read:
+            return
+        raw = self.headers.get("Content-Length")
+        if raw is None or "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
+            self.close_connection = True
+            return
+        try:
+            self._drain(int(raw), self.server.ingest.max_message_bytes)
+        except (ValueError, OSError):
+            self.close_connection = True
+
+    # ── responses ───────────────────────────────────────────────────────────────────
+
+    def _reject(self, result: Result, encoding: codec.Encoding) -> None:
+        status = HTTP_STATUS[result.outcome]
+        body = codec.status_body(GRPC_CODE[result.outcome].value[0], result.message, encoding)
+        extra: dict[str, str] = {}
+        if result.outcome is Outcome.UNAUTHENTICATED:
+            extra["WWW-Authenticate"] = 'Bearer realm="proofscope"'
+        elif result.outcome is Outcome.BUSY:
+            extra["Retry-After"] = "1"
+        self._send(status, body, encoding.value, extra)
+
+    def _plain(self, status: HTTPStatus, text: str, headers: dict[str, str] | None = None
+               ) -> None:
+        self._send(status, (text + "\n").encode(), "text/plain; charset=utf-8", headers)
+
+    def _send(self, status: HTTPStatus, body: bytes, content_type: str,
+              headers: dict[str, str] | None = None) -> None:
+        if self.command == "POST" and status is not HTTPStatus.OK:
+            self._discard_unread_body()
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        if self.close_connection:
+            self.send_header("Connection", "close")
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+
+def _gunzip(body: bytes, cap: int) -> bytes:
+    # Bounded: a small gzip bomb must not inflate past the cap.
+    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    try:
+        out = d.decompress(body, cap + 1)
+    except zlib.error as exc:
+        raise _BodyError(Outcome.INVALID, f"bad gzip body: {exc}") from None
+    if len(out) > cap or d.unconsumed_tail:
+        raise _BodyError(Outcome.TOO_LARGE, f"decompressed request exceeds the cap of {cap} "
+                                            "bytes")
+    if not d.eof:
+        raise _BodyError(Outcome.INVALID, "truncated gzip body")
+    return out
+
+
+class HttpReceiver:
+    """An OTLP/HTTP server bound to ``host:port`` (port 0 picks a free one)."""
+
+    def __init__(self, ingest: Ingest, host: str = "127.0.0.1", port: int = 4318) -> None:
+        cls = _IPv6Server if ":" in host else _Server
+        self._server = cls((host, port), _Handler)
+        self._server.ingest = ingest
+        self.host = host
+        self.port: int = self._server.server_address[1]
+        self._thread: threading.Thread | None = None
+
+    @property
+    def endpoint(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._server.serve_forever,
+                                        kwargs={"poll_interval": 0.2},
+                                        name="proofscope-otlp-http", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout_s: float = 2.0) -> None:
+        if self._thread is not None:
+            self._server.shutdown()
+            self._thread.join(timeout_s)
+            self._thread = None
+        self._server.server_close()
