@@ -1,0 +1,203 @@
+"""The demo's layered circuit: a small quantized network over M31.
+
+Activations are (rows, width) tensors of M31 elements (signed integers map to their
+representatives mod p). Layers, in a repeating pattern:
+
+* ``MatMul``      Y = X·W, W (width × width) int3 weights  — sumcheck over the inner dim, degree 2
+* ``Add``         Y = X + 1·bᵀ, bias b (width)             — linear, no rounds
+* ``Activation``  Y = X ⊙ X (square activation)            — sumcheck with eq, degree 3
+* ``Mul``         Y = X ⊙ 1·sᵀ, per-channel scale s (width) — sumcheck with eq, degree 3
+* ``Attention``   Y = A·X, A (rows × rows) a fixed causal, row-stochastic score matrix
+                  quantized to 1/16 (token mixing)         — sumcheck over tokens, degree 2
+
+There are no range checks or re-quantization, so values wrap mod p after a few layers:
+the proof is about the field computation, exactly as written.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from otel_proofscope.demo.field import P, U64Array, m31_array, m31_matmul
+from otel_proofscope.demo.mle import log2_exact
+from otel_proofscope.instrumentation import CircuitNode
+from otel_proofscope.semconv import LayerKind, LayerProofKind
+
+PATTERN: tuple[LayerKind, ...] = (
+    LayerKind.MATMUL, LayerKind.ADD, LayerKind.ACTIVATION, LayerKind.MUL, LayerKind.ATTENTION,
+)
+
+#: Fixed-point scale of the attention scores (1/16).
+ATTENTION_SCALE = 16
+
+_PU = np.uint64(P)
+
+
+@dataclass
+class LayerSpec:
+    """Public description of one layer: kind, shapes and (public, committed) weights."""
+
+    index: int
+    kind: LayerKind
+    rows: int
+    width: int
+    weight: U64Array | None = None
+
+    @property
+    def input_shape(self) -> tuple[int, int]:
+        return (self.rows, self.width)
+
+    @property
+    def output_shape(self) -> tuple[int, int]:
+        return (self.rows, self.width)
+
+    @property
+    def proof_kind(self) -> LayerProofKind:
+        return LayerProofKind.LINEAR if self.kind is LayerKind.ADD else LayerProofKind.SUMCHECK
+
+    @property
+    def degree(self) -> int:
+        """Degree of each round polynomial (0 for linear layers)."""
+        return {LayerKind.MATMUL: 2, LayerKind.ATTENTION: 2, LayerKind.MUL: 3,
+                LayerKind.ACTIVATION: 3}.get(self.kind, 0)
+
+    @property
+    def rounds(self) -> int:
+        n, w = log2_exact(self.rows), log2_exact(self.width)
+        return {LayerKind.MATMUL: w, LayerKind.ATTENTION: n, LayerKind.MUL: n + w,
+                LayerKind.ACTIVATION: n + w}.get(self.kind, 0)
+
+    @property
+    def trace_cost(self) -> int:
+        """Multiplications the layer's forward pass performs."""
+        n, w = self.rows, self.width
+        if self.kind is LayerKind.MATMUL:
+            return n * w * w
+        if self.kind is LayerKind.ATTENTION:
+            return n * n * w
+        return n * w
+
+    def forward(self, x: U64Array, matmul: Callable[[U64Array, U64Array], U64Array]
+                ) -> U64Array:
+        w = self.weight
+        if self.kind is LayerKind.MATMUL:
+            assert w is not None
+            return matmul(x, w)
+        if self.kind is LayerKind.ATTENTION:
+            assert w is not None
+            return matmul(w, x)
+        if self.kind is LayerKind.ADD:
+            assert w is not None
+            return (x + w[np.newaxis, :]) % _PU
+        if self.kind is LayerKind.MUL:
+            assert w is not None
+            return (x * w[np.newaxis, :]) % _PU
+        if self.kind is LayerKind.ACTIVATION:
+            return (x * x) % _PU
+        raise ValueError(f"layer {self.index}: unsupported kind {self.kind}")
+
+    def attention_scores(self) -> list[list[float]]:
+        """The score matrix as real numbers (what the heatmap shows)."""
+        assert self.kind is LayerKind.ATTENTION and self.weight is not None
+        return (self.weight.astype(np.float64) / ATTENTION_SCALE).tolist()  # type: ignore[no-any-return]
+
+
+@dataclass
+class Network:
+    name: str
+    rows: int
+    width: int
+    input: U64Array
+    layers: list[LayerSpec] = field(default_factory=list)
+
+    @property
+    def input_shape(self) -> tuple[int, int]:
+        return (self.rows, self.width)
+
+    @property
+    def output_shape(self) -> tuple[int, int]:
+        return (self.rows, self.width)
+
+    def circuit_nodes(self) -> list[CircuitNode]:
+        return [CircuitNode(index=layer.index, kind=layer.kind.value,
+                            trace_cost=layer.trace_cost,
+                            inputs=(layer.index - 1,) if layer.index else ())
+                for layer in self.layers]
+
+    def forward(self, matmul: Callable[[U64Array, U64Array], U64Array] = m31_matmul
+                ) -> list[U64Array]:
+        """All activations: ``[input, out_0, …, out_{L-1}]``."""
+        acts = [self.input]
+        for layer in self.layers:
+            acts.append(layer.forward(acts[-1], matmul))
+        return acts
+
+    def total_rounds(self) -> int:
+        return sum(layer.rounds for layer in self.layers)
+
+    def soundness_bits(self) -> float:
+        """−log2 of the interactive soundness error (see docs/prover.md).
+
+        Schwartz–Zippel over QM31 (|F| = p^4): the random output point costs
+        ``log2(rows·width)/|F|``; each sumcheck round of degree d costs ``d/|F|``; the
+        union bound adds them. Linear layers and the final checks are exact.
+        """
+        out_vars = log2_exact(self.rows) + log2_exact(self.width)
+        numerator = out_vars + sum(layer.rounds * layer.degree for layer in self.layers)
+        return 4 * math.log2(P) - math.log2(numerator)
+
+
+def _attention_matrix(rows: int) -> U64Array:
+    """Causal scores decaying with distance, each row quantized to sum to 16."""
+    idx = np.arange(rows)
+    dist = idx[:, None] - idx[None, :]
+    logits = np.where(dist >= 0, -0.5 * dist.astype(np.float64), -np.inf)
+    probs = np.exp(logits - logits.max(axis=1, keepdims=True))
+    probs /= probs.sum(axis=1, keepdims=True)
+    q = np.floor(probs * ATTENTION_SCALE).astype(np.int64)
+    q[idx, idx] += ATTENTION_SCALE - q.sum(axis=1)  # rounding slack to the diagonal
+    out: U64Array = q.astype(np.uint64)
+    return out
+
+
+def build_network(layers: int = 8, width: int = 32, rows: int | None = None, seed: int = 0,
+                  kinds: Sequence[LayerKind] | None = None) -> Network:
+    """A deterministic quantized network; ``kinds`` overrides the repeating pattern."""
+    if layers < 1:
+        raise ValueError(f"layers must be >= 1, got {layers}")
+    log2_exact(width, "width")
+    rows = rows if rows is not None else min(width, 64)
+    log2_exact(rows, "rows")
+    if width < 2 or rows < 2:
+        raise ValueError("width and rows must be at least 2")
+    plan = list(kinds) if kinds is not None else [PATTERN[i % len(PATTERN)]
+                                                  for i in range(layers)]
+    rng = np.random.default_rng(seed)
+    x0 = m31_array(rng.integers(-8, 9, size=(rows, width)))
+    specs: list[LayerSpec] = []
+    for i, kind in enumerate(plan):
+        weight: U64Array | None
+        if kind is LayerKind.MATMUL:
+            weight = m31_array(rng.integers(-3, 4, size=(width, width)))
+        elif kind is LayerKind.ADD:
+            weight = m31_array(rng.integers(-16, 17, size=width))
+        elif kind is LayerKind.MUL:
+            weight = m31_array(rng.integers(1, 5, size=width))
+        elif kind is LayerKind.ATTENTION:
+            weight = _attention_matrix(rows)
+        elif kind is LayerKind.ACTIVATION:
+            weight = None
+        else:
+            raise ValueError(f"unsupported layer kind {kind}")
+        specs.append(LayerSpec(i, kind, rows, width, weight))
+    return Network(f"quantized-mlp-{len(plan)}x{width}", rows, width, x0, specs)
+
+
+def signed(values: U64Array) -> np.ndarray:  # type: ignore[type-arg]
+    """Centered representatives in (−p/2, p/2], as float64 (for statistics)."""
+    v = values.astype(np.int64)
+    return np.where(v > P // 2, v - P, v).astype(np.float64)
