@@ -94,7 +94,7 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from otel_proofscope.demo.runner import DemoOptions, run_demo
+    from otel_proofscope.demo.runner import BackendUnavailableError, DemoOptions, run_demo
 
     with progress_reporter() as progress:
         options = DemoOptions(out_dir=args.out, layers=args.layers, width=args.width,
@@ -104,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
                               witness=args.witness, progress=progress)
         try:
             result = run_demo(options)
-        except ImportError as exc:
+        except BackendUnavailableError as exc:
             print(f"proofscope demo: backend {args.backend} is unavailable: {exc}",
                   file=sys.stderr)
             return 2

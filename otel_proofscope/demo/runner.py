@@ -116,18 +116,35 @@ class DemoResult:
         return sum(1 for layer in self.network.layers if layer.kind.value == kind)
 
 
-def load_matmul(backend: str) -> tuple[MatmulFn, str | None]:
-    """The forward/folding matmul for ``backend``; wgpu is imported only when asked for."""
+class BackendUnavailableError(RuntimeError):
+    """The requested backend cannot run here (module, driver or adapter missing)."""
+
+
+def load_matmul(backend: str, meter_provider: metrics.MeterProvider | None = None
+                ) -> tuple[MatmulFn, str | None]:
+    """The forward/folding matmul for ``backend``; wgpu is imported only when asked for.
+
+    Returns the function and the device's ``hw.id`` (None on the CPU).
+    """
     if backend == "cpu":
         return m31_matmul, None
-    if backend == "wgpu":
+    if backend != "wgpu":
+        raise ValueError(f"unknown backend {backend!r}; expected one of {BACKENDS}")
+    try:
         from otel_proofscope.demo.gpu_kernels import WgpuMatmul
 
-        mm = WgpuMatmul()
-        hw_id = getattr(mm, "hw_id", None)
-        fn: MatmulFn = mm.matmul_m31
-        return fn, hw_id if isinstance(hw_id, str) else None
-    raise ValueError(f"unknown backend {backend!r}; expected one of {BACKENDS}")
+        mm = WgpuMatmul(meter_provider=meter_provider)
+    except ImportError as exc:
+        raise BackendUnavailableError(f"wgpu backend needs 'otel-proofscope[wgpu]': {exc}"
+                                      ) from exc
+    except Exception as exc:  # BackendUnavailable: no adapter / driver
+        if type(exc).__name__ != "BackendUnavailable":
+            raise
+        raise BackendUnavailableError(str(exc)) from exc
+    identity = getattr(getattr(mm, "device", None), "identity", None)
+    hw_id = getattr(identity, "hw_id", None)
+    fn: MatmulFn = mm.matmul_m31
+    return fn, hw_id if isinstance(hw_id, str) else None
 
 
 def rerun_available() -> str | None:
@@ -147,8 +164,8 @@ def run_demo(options: DemoOptions) -> DemoResult:
     """Prove the demo network with the requested telemetry; never leaves sinks open."""
     start = time.perf_counter()
     network = build_network(options.layers, options.width, options.rows, options.seed)
-    matmul, hw_id = load_matmul(options.backend)
     if not options.telemetry:
+        matmul, hw_id = load_matmul(options.backend, metrics.NoOpMeterProvider())
         off = ProofTracer(trace.NoOpTracerProvider(), metrics.NoOpMeterProvider())
         result = prove(network, tracer=off, backend=options.backend, matmul=matmul,
                        hw_id=hw_id, progress=options.progress)
@@ -173,6 +190,8 @@ def run_demo(options: DemoOptions) -> DemoResult:
                           span_exporters=options.span_exporters,
                           metric_readers=options.metric_readers)
     try:
+        # After configure(), so GPU dispatch metrics reach the same pipeline.
+        matmul, hw_id = load_matmul(options.backend, telemetry.meter_provider)
         result = prove(network, tracer=telemetry.tracer, backend=options.backend,
                        matmul=matmul, hw_id=hw_id, progress=options.progress)
         if options.hold_s > 0:
