@@ -1,0 +1,109 @@
+"""`proofscope demo` with telemetry off vs full telemetry, side by side.
+
+Run: python benchmarks/bench_demo.py [--repeat N] [--sizes 8x32,8x256,16x512] [--process]
+
+"full" is what the demo does by default: OTLP/JSON-lines traces and metrics files plus
+the Rerun .rrd file (when the Rerun exporter is available), with witness capture on.
+"off" is the same prover on no-op providers. Runs alternate off/full and report medians:
+
+* prove    — prover wall time (proof span: compile, witness, GKR walk, encoding);
+* run      — run_demo() end to end in one process: configure(), prove, verify,
+             bounded shutdown (every file flushed and closed);
+* --process adds a row per size for the whole `proofscope demo` process (imports included).
+
+The target is <= 5 % overhead on `prove`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from otel_proofscope.demo.runner import DemoOptions, rerun_available, run_demo
+
+
+def _size(text: str) -> tuple[int, int]:
+    layers, width = text.lower().split("x")
+    return int(layers), int(width)
+
+
+def in_process(layers: int, width: int, repeat: int, tmp: Path,
+               rerun_ok: bool) -> dict[str, list[float]]:
+    samples: dict[str, list[float]] = {"off_prove": [], "full_prove": [], "off_run": [],
+                                       "full_run": []}
+    # One warm-up of each, so imports and first-touch allocations are not measured.
+    for i in range(repeat + 1):
+        off = run_demo(DemoOptions(out_dir=tmp / f"off{i}", layers=layers, width=width,
+                                   telemetry=False))
+        out = tmp / f"full{i}"
+        full = run_demo(DemoOptions(out_dir=out, layers=layers, width=width,
+                                    rerun=f"file:{out / 'proofscope.rrd'}" if rerun_ok
+                                    else "off", set_global=False))
+        assert off.verified and full.verified
+        if i == 0:
+            continue
+        samples["off_prove"].append(off.prove.prove_s + off.prove.verify_s)
+        samples["full_prove"].append(full.prove.prove_s + full.prove.verify_s)
+        samples["off_run"].append(off.wall_s)
+        samples["full_run"].append(full.wall_s)
+    return samples
+
+
+def process(layers: int, width: int, repeat: int, tmp: Path) -> dict[str, list[float]]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "PROOFSCOPE_"))}
+    samples: dict[str, list[float]] = {"off": [], "full": []}
+    for i in range(repeat):
+        for mode in ("off", "full"):
+            args = [sys.executable, "-m", "otel_proofscope", "demo", "--out",
+                    str(tmp / f"p{mode}{i}"), "--layers", str(layers), "--width", str(width)]
+            if mode == "off":
+                args.append("--no-telemetry")
+            t0 = time.perf_counter()
+            subprocess.run(args, check=True, capture_output=True, timeout=600, env=env)
+            samples[mode].append(time.perf_counter() - t0)
+    return samples
+
+
+def _row(label: str, off: list[float], full: list[float]) -> str:
+    a, b = statistics.median(off), statistics.median(full)
+    return (f"| {label:<22} | {a * 1e3:10.1f} | {b * 1e3:10.1f} | "
+            f"{(b - a) * 1e3:+9.1f} | {100 * (b - a) / a:+7.1f} % |")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--sizes", default="8x32,8x256,16x512",
+                        help="comma-separated LAYERSxWIDTH (default 8x32,8x256,16x512)")
+    parser.add_argument("--process", action="store_true",
+                        help="also time whole `proofscope demo` processes")
+    args = parser.parse_args(argv)
+    problem = rerun_available()
+    full_desc = "OTLP JSON-lines files + " + (
+        "Rerun .rrd file" if problem is None else f"NO Rerun ({problem})")
+    print(f"full telemetry = {full_desc}; witness capture on; medians of {args.repeat}")
+    print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPU(s)\n")
+    print("| demo (layers×width)    |   off (ms) |  full (ms) |  Δ (ms)   | overhead  |")
+    print("|------------------------|-----------:|-----------:|----------:|----------:|")
+    with tempfile.TemporaryDirectory(prefix="bench-demo-") as d:
+        tmp = Path(d)
+        for text in args.sizes.split(","):
+            layers, width = _size(text)
+            s = in_process(layers, width, args.repeat, tmp / text, problem is None)
+            print(_row(f"{text} prove+verify", s["off_prove"], s["full_prove"]), flush=True)
+            print(_row(f"{text} run_demo()", s["off_run"], s["full_run"]), flush=True)
+            if args.process:
+                p = process(layers, width, args.repeat, tmp / f"proc{text}")
+                print(_row(f"{text} process", p["off"], p["full"]), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
