@@ -294,3 +294,53 @@ def test_prometheus_endpoint_is_scrapable_while_holding(tmp_path: Path) -> None:
     finally:
         proc.terminate()  # SIGTERM ends the hold; the bounded shutdown still runs
         proc.communicate(timeout=30)
+
+
+def test_otlp_endpoint_replaces_the_files(tmp_path: Path) -> None:
+    """With OTEL_EXPORTER_OTLP_ENDPOINT set, the demo exports OTLP (a real gRPC receiver
+    on loopback) and writes no JSON-lines files."""
+    from concurrent import futures
+
+    import grpc
+    from opentelemetry.proto.collector.metrics.v1 import (
+        metrics_service_pb2,
+        metrics_service_pb2_grpc,
+    )
+    from opentelemetry.proto.collector.trace.v1 import (
+        trace_service_pb2,
+        trace_service_pb2_grpc,
+    )
+
+    received: dict[str, list[str]] = {"spans": [], "metrics": []}
+
+    class Traces(trace_service_pb2_grpc.TraceServiceServicer):  # type: ignore[misc]
+        def Export(self, request, context):  # type: ignore[no-untyped-def]
+            received["spans"] += [s.name for rs in request.resource_spans
+                                  for ss in rs.scope_spans for s in ss.spans]
+            return trace_service_pb2.ExportTraceServiceResponse()
+
+    class Metrics(metrics_service_pb2_grpc.MetricsServiceServicer):  # type: ignore[misc]
+        def Export(self, request, context):  # type: ignore[no-untyped-def]
+            received["metrics"] += [m.name for rm in request.resource_metrics
+                                    for sm in rm.scope_metrics for m in sm.metrics]
+            return metrics_service_pb2.ExportMetricsServiceResponse()
+
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(Traces(), server)
+    metrics_service_pb2_grpc.add_MetricsServiceServicer_to_server(Metrics(), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        env = {**_env(), "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{port}"}
+        proc = subprocess.run(
+            [sys.executable, "-m", "otel_proofscope", "demo", "--out", str(tmp_path),
+             "--layers", "3", "--width", "8", "--rerun", "off"],
+            capture_output=True, text=True, timeout=120, env=env)
+    finally:
+        server.stop(grace=None)
+    assert proc.returncode == 0, proc.stderr
+    assert received["spans"].count(SpanName.PROOF) == 1
+    assert received["spans"].count(SpanName.LAYER) == 3
+    assert "proof.layer.duration" in received["metrics"]
+    assert not (tmp_path / "traces.jsonl").exists()
+    assert "exported to otlp" in proc.stdout
