@@ -53,6 +53,9 @@ class DemoOptions:
     span_exporters: Sequence[tuple[str, Any]] = ()
     metric_readers: Sequence[Any] = ()
 
+    def __post_init__(self) -> None:
+        self.out_dir = Path(self.out_dir)
+
     def rerun_target(self) -> str:
         if self.rerun is None:
             return f"file:{self.out_dir / RRD_FILE}"
