@@ -17,6 +17,7 @@ from otel_proofscope.demo.field import (
     QM31,
     U64Array,
     lift,
+    q_matvec,
     qadd,
     qmul,
     qmul_m31,
@@ -78,6 +79,13 @@ def evaluate(values: U64Array, point: Sequence[QM31]) -> QM31:
         raise ValueError(f"evaluate: table has {m} variables, point has {len(point)}")
     if m == 0:
         return QM31.of(int(flat[0]))
+    if flat.shape[0] >= 1 << 12:
+        # Split the variables: Ṽ(a, b) = Σ_i eq(a, i)·(V·eq(b, ·))_i, with V·eq(b, ·) one
+        # exact BLAS-backed matrix product instead of a QM31 table of the full size.
+        half = m // 2
+        rows = flat.reshape(1 << half, -1)
+        inner = q_matvec(rows, eq_table(point[half:]))  # (4, 2^half)
+        return qsum_axis(qmul(eq_table(point[:half]), inner))
     # Inner product with eq(point, ·) costs one pass; folding variable by variable would
     # cost a second QM31 multiplication per element.
     eq = eq_table(point)
