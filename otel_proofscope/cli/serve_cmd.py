@@ -1,13 +1,152 @@
-"""`proofscope serve`: receive OTLP (gRPC/HTTP) from any prover and draw it in Rerun"""
+"""`proofscope serve`: receive OTLP (gRPC/HTTP) from any prover and draw it in Rerun."""
 
 from __future__ import annotations
 
 import argparse
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+from types import FrameType
 from typing import Any
 
-from otel_proofscope.cli import not_built
+from otel_proofscope.integrations.otlp_receiver.core import DEFAULT_MAX_MESSAGE_BYTES
+from otel_proofscope.integrations.otlp_receiver.server import (
+    DEFAULT_GRPC_PORT,
+    DEFAULT_HOST,
+    DEFAULT_HTTP_PORT,
+)
+
+HELP = "receive OTLP (gRPC/HTTP) from any prover and draw it in Rerun"
+TOKEN_ENV = "PROOFSCOPE_SERVE_TOKEN"
+DEFAULT_RRD = "proofscope-out/serve.rrd"
+#: Bound on the shutdown after SIGINT/SIGTERM: in-flight requests, then the Rerun flush.
+STOP_GRACE_S = 2.0
+
+EPILOG = f"""\
+Point any OTLP exporter at it, e.g. for a Rust prover with opentelemetry-otlp:
+  OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:4317 ./my-prover
+or fan out from an OpenTelemetry Collector with an otlp exporter to 127.0.0.1:4317.
+
+The bearer token (--token or ${TOKEN_ENV}) is checked on the gRPC metadata
+'authorization' and the HTTP 'Authorization' header:
+  OTEL_EXPORTER_OTLP_HEADERS="authorization=Bearer $TOKEN"
+Rejected requests (bad token, garbage, oversized) get the OTLP error and are counted
+in the drop summary printed at exit.
+"""
+
+
+def _port(text: str) -> int | None:
+    if text.lower() == "off":
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port: {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"port out of range: {value}")
+    return value
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive: {value}")
+    return value
 
 
 def register(sub: Any) -> None:
-    p: argparse.ArgumentParser = sub.add_parser("serve", help="receive OTLP (gRPC/HTTP) from any prover and draw it in Rerun", description="receive OTLP (gRPC/HTTP) from any prover and draw it in Rerun")
-    p.set_defaults(handler=lambda args: not_built("serve", "integrations"))
+    p: argparse.ArgumentParser = sub.add_parser(
+        "serve", help=HELP, description=HELP + ".", epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--host", default=DEFAULT_HOST,
+                   help="address to listen on (default %(default)s; anything else needs a "
+                        "token, and exposes the receiver to that network)")
+    p.add_argument("--grpc-port", type=_port, default=DEFAULT_GRPC_PORT, metavar="PORT",
+                   help="OTLP/gRPC port, 0 for any free one, 'off' to disable "
+                        "(default %(default)s)")
+    p.add_argument("--http-port", type=_port, default=DEFAULT_HTTP_PORT, metavar="PORT",
+                   help="OTLP/HTTP port (/v1/traces, /v1/metrics), 0 for any free one, "
+                        "'off' to disable (default %(default)s)")
+    p.add_argument("--token", default=None,
+                   help=f"require 'Authorization: Bearer TOKEN' (default ${TOKEN_ENV})")
+    p.add_argument("--max-message-bytes", type=_positive, default=DEFAULT_MAX_MESSAGE_BYTES,
+                   metavar="N", help="reject larger requests (default %(default)s)")
+    p.add_argument("--rerun", default=None, metavar="TARGET",
+                   help="spawn, file:PATH.rrd, rerun+http://HOST:PORT/proxy or off "
+                        f"(default $PROOFSCOPE_RERUN, else file:{DEFAULT_RRD})")
+    p.set_defaults(handler=serve)
+
+
+def rerun_target(cli_value: str | None) -> str:
+    target = (cli_value or os.environ.get("PROOFSCOPE_RERUN") or f"file:{DEFAULT_RRD}").strip()
+    return target
+
+
+def _exporters(target: str) -> tuple[list[Any], list[Any]]:
+    if target.lower() == "off":
+        return [], []
+    if target.startswith("file:"):
+        Path(target[len("file:"):]).expanduser().parent.mkdir(parents=True, exist_ok=True)
+    from otel_proofscope.rerun.exporter import RerunMetricExporter, RerunSpanExporter
+
+    return [RerunSpanExporter(target)], [RerunMetricExporter(target)]
+
+
+def serve(args: argparse.Namespace) -> int:
+    from otel_proofscope.integrations.otlp_receiver.server import OtlpReceiver
+    from otel_proofscope.pipeline.drops import DROPS
+
+    token = args.token or os.environ.get(TOKEN_ENV) or None
+    if args.grpc_port is None and args.http_port is None:
+        print("proofscope serve: both transports are off; nothing to serve", file=sys.stderr)
+        return 2
+    if args.host not in ("127.0.0.1", "::1", "localhost") and not token:
+        print(f"proofscope serve: warning: listening on {args.host} without a token; anyone "
+              "who can reach it can write to your Rerun view", file=sys.stderr)
+    target = rerun_target(args.rerun)
+    try:
+        span_exporters, metric_exporters = _exporters(target)
+    except ImportError as exc:
+        print(f"proofscope serve: the Rerun exporter is unavailable ({exc}); install "
+              "otel-proofscope[rerun] or pass --rerun off", file=sys.stderr)
+        return 2
+    try:
+        receiver = OtlpReceiver(span_exporters, metric_exporters, host=args.host,
+                                grpc_port=args.grpc_port, http_port=args.http_port,
+                                token=token, max_message_bytes=args.max_message_bytes)
+    except OSError as exc:
+        print(f"proofscope serve: cannot listen: {exc}", file=sys.stderr)
+        for exp in [*span_exporters, *metric_exporters]:
+            exp.shutdown()
+        return 1
+
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        receiver.start()
+        if receiver.grpc_endpoint:
+            print(f"OTLP/gRPC listening on {receiver.grpc_endpoint}", flush=True)
+        if receiver.http_endpoint:
+            print(f"OTLP/HTTP listening on {receiver.http_endpoint}", flush=True)
+        print(f"Rerun: {target}" + ("  (token required)" if token else ""), flush=True)
+        while not stop.wait(0.5):
+            pass
+    finally:
+        receiver.stop(STOP_GRACE_S)
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    stats = receiver.stats()
+    print("received: " + (", ".join(f"{k}={v}" for k, v in sorted(stats.items())) or
+                          "nothing"), flush=True)
+    for line in DROPS.summary_lines():
+        print(line, flush=True)
+    return 0

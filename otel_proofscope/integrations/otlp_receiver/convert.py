@@ -47,7 +47,7 @@ from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.sdk.util import BoundedList
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope as SdkScope
 from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
-from opentelemetry.trace.span import TraceState
+from opentelemetry.trace.span import TraceState, _is_valid_pair
 
 #: How many distinct rejection messages a batch keeps (the partial-success message).
 MAX_ERROR_MESSAGES = 5
@@ -67,6 +67,7 @@ _STATUS = {
     trace_pb2.Status.STATUS_CODE_ERROR: StatusCode.ERROR,
 }
 _TEMPORALITY = {t.value: t for t in AggregationTemporality}
+_MAX_TRACESTATE_MEMBERS = 32
 
 # Span.flags / Link.flags: bits 0-7 W3C trace flags, bit 8 "remote known", bit 9 "remote".
 _FLAG_REMOTE_KNOWN = 0x100
@@ -139,19 +140,23 @@ def any_value(value: AnyValue) -> Any:
 
 
 def attributes(kvs: Iterable[KeyValue]) -> dict[str, Any]:
-    """OTLP key-values as an attribute dict; empty values are left out, last key wins."""
+    """OTLP key-values as an attribute dict; empty values and empty keys (invalid in OTel)
+    are left out, the last of repeated keys wins."""
     out: dict[str, Any] = {}
     for kv in kvs:
+        if not kv.key:
+            continue
         v = any_value(kv.value)
         if v is not None:
             out[kv.key] = v
     return out
 
 
-def _bounded(kvs: Iterable[KeyValue], dropped: int) -> BoundedAttributes:
-    # BoundedAttributes carries the sender's dropped count through to SDK exporters.
+def _bounded(kvs: Sequence[KeyValue], dropped: int) -> BoundedAttributes:
+    # BoundedAttributes carries the sender's dropped count through to SDK exporters; keys
+    # that OTel forbids (empty) are added to it rather than lost without a trace.
     attrs = BoundedAttributes(None, attributes(kvs), immutable=False, extended_attributes=True)
-    attrs.dropped = int(dropped)
+    attrs.dropped = int(dropped) + sum(1 for kv in kvs if not kv.key)
     return attrs
 
 
@@ -186,7 +191,22 @@ def _span_id(raw: bytes, what: str) -> int:
 
 
 def _trace_state(header: str) -> TraceState:
-    return TraceState.from_header([header]) if header else TraceState()
+    # Parsed here rather than by TraceState.from_header, which logs a warning per bad
+    # member: a sender must not be able to flood our log. An invalid header is dropped
+    # whole, as W3C Trace Context asks.
+    entries: dict[str, str] = {}
+    for member in header.split(","):
+        member = member.strip()
+        if not member:
+            continue
+        key, sep, value = member.partition("=")
+        key, value = key.strip(), value.strip()
+        if not sep or key in entries or not _is_valid_pair(key, value):
+            return TraceState()
+        entries[key] = value
+    if len(entries) > _MAX_TRACESTATE_MEMBERS:
+        return TraceState()
+    return TraceState(list(entries.items()))
 
 
 def _is_remote(flags: int) -> bool:

@@ -88,6 +88,7 @@ class Ingest:
                  token: str | None = None,
                  max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
                  max_concurrent: int = DEFAULT_MAX_CONCURRENT,
+                 admission_timeout_s: float = ADMISSION_TIMEOUT_S,
                  ledger: DropLedger = DROPS) -> None:
         if max_message_bytes <= 0:
             raise ValueError(f"max_message_bytes must be positive, got {max_message_bytes}")
@@ -97,6 +98,7 @@ class Ingest:
         self.metric_exporters = list(metric_exporters)
         self.max_message_bytes = max_message_bytes
         self.max_concurrent = max_concurrent
+        self.admission_timeout_s = admission_timeout_s
         self._token = f"Bearer {token}".encode() if token else None
         self._ledger = ledger
         self._admission = threading.BoundedSemaphore(max_concurrent)
@@ -122,8 +124,9 @@ class Ingest:
         presented = f"Bearer {credentials.strip()}".encode()
         return scheme.lower() == "bearer" and hmac.compare_digest(presented, self._token)
 
-    def admit(self, timeout_s: float = ADMISSION_TIMEOUT_S) -> bool:
-        return self._admission.acquire(timeout=timeout_s)
+    def admit(self) -> bool:
+        """Take one of ``max_concurrent`` slots, waiting at most ``admission_timeout_s``."""
+        return self._admission.acquire(timeout=self.admission_timeout_s)
 
     def release(self) -> None:
         self._admission.release()

@@ -93,7 +93,9 @@ class GrpcReceiver:
     def __init__(self, ingest: Ingest, host: str = "127.0.0.1", port: int = 4317) -> None:
         ceiling = CEILING_FACTOR * ingest.max_message_bytes
         self._server = grpc.server(
-            futures.ThreadPoolExecutor(max_workers=ingest.max_concurrent,
+            # Twice the admission slots: requests past the slots reach Ingest.admit and are
+            # turned away (and counted) instead of queueing silently in the executor.
+            futures.ThreadPoolExecutor(max_workers=2 * ingest.max_concurrent,
                                        thread_name_prefix="proofscope-otlp-grpc"),
             options=[("grpc.max_receive_message_length", ceiling),
                      ("grpc.so_reuseport", 0)])
@@ -102,9 +104,11 @@ class GrpcReceiver:
             _raw_handler(_METRICS_SERVICE, MetricsServicer(ingest).Export),
         ))
         address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-        self.port: int = self._server.add_insecure_port(address)
-        if not self.port:
-            raise OSError(f"cannot bind OTLP/gRPC to {address}")
+        try:
+            self.port: int = self._server.add_insecure_port(address)
+        except RuntimeError as exc:  # grpcio reports a failed bind this way
+            self._server.stop(0)
+            raise OSError(f"cannot bind OTLP/gRPC to {address}: {exc}") from None
         self.host = host
 
     @property

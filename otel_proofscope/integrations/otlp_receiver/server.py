@@ -10,6 +10,7 @@ from opentelemetry.sdk.metrics.export import MetricExporter
 from opentelemetry.sdk.trace.export import SpanExporter
 
 from otel_proofscope.integrations.otlp_receiver.core import (
+    ADMISSION_TIMEOUT_S,
     DEFAULT_MAX_CONCURRENT,
     DEFAULT_MAX_MESSAGE_BYTES,
     Ingest,
@@ -37,12 +38,14 @@ class OtlpReceiver:
                  host: str = DEFAULT_HOST, grpc_port: int | None = DEFAULT_GRPC_PORT,
                  http_port: int | None = DEFAULT_HTTP_PORT, token: str | None = None,
                  max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
-                 max_concurrent: int = DEFAULT_MAX_CONCURRENT) -> None:
+                 max_concurrent: int = DEFAULT_MAX_CONCURRENT,
+                 admission_timeout_s: float = ADMISSION_TIMEOUT_S) -> None:
         if grpc_port is None and http_port is None:
             raise ValueError("at least one of grpc_port and http_port must be given")
         self.ingest = Ingest(span_exporters, metric_exporters, token=token,
                              max_message_bytes=max_message_bytes,
-                             max_concurrent=max_concurrent)
+                             max_concurrent=max_concurrent,
+                             admission_timeout_s=admission_timeout_s)
         self.host = host
         self._grpc = GrpcReceiver(self.ingest, host, grpc_port) if grpc_port is not None \
             else None

@@ -1,0 +1,3 @@
+"""The instrumented dependency, for ``BaseInstrumentor.instrumentation_dependencies``."""
+
+_instruments = ("ezkl >= 23",)
