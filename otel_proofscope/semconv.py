@@ -91,6 +91,7 @@ class Attr:
     GPU_BACKEND = "gpu.backend"
     GPU_CAPABILITY = "gpu.capability"
     GPU_CAPABILITY_REASON = "gpu.capability.reason"
+    GPU_CAPABILITY_DETAIL = "gpu.capability.detail"
     GPU_PCI_VENDOR_ID = "gpu.pci.vendor_id"
     GPU_PCI_DEVICE_ID = "gpu.pci.device_id"
     GPU_FAULT_KIND = "gpu.fault.kind"
@@ -407,7 +408,8 @@ EVENTS: tuple[EventDef, ...] = (
     EventDef(EventName.GPU_ADAPTER_ACQUIRED, "GPU identity, on the first dispatch of a runtime",
              (Attr.GPU_BACKEND, *_HW, Attr.GPU_PCI_VENDOR_ID, Attr.GPU_PCI_DEVICE_ID)),
     EventDef(EventName.GPU_CAPABILITY_UNSUPPORTED, "A metric this backend cannot give, and why",
-             (Attr.GPU_BACKEND, Attr.GPU_CAPABILITY, Attr.GPU_CAPABILITY_REASON, Attr.HW_ID)),
+             (Attr.GPU_BACKEND, Attr.GPU_CAPABILITY, Attr.GPU_CAPABILITY_REASON,
+              Attr.GPU_CAPABILITY_DETAIL, Attr.HW_ID)),
     EventDef(EventName.GPU_FAULT, "A device fault", (Attr.GPU_BACKEND, Attr.HW_ID,
                                                      Attr.GPU_FAULT_KIND)),
     EventDef(EventName.GPU_RETRY, "A dispatch retried", (Attr.GPU_BACKEND, Attr.HW_ID,

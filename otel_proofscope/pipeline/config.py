@@ -180,12 +180,29 @@ class Telemetry:
     ledger: DropLedger = DROPS
     witness_filters: list[WitnessFilter] = field(default_factory=list)
     _closers: list[Any] = field(default_factory=list)
+    _before_shutdown: list[Any] = field(default_factory=list)
     _report: ShutdownReport | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
     def sinks(self) -> list[str]:
         return [p.sink for p in self.span_processors]
+
+    def start_gpu_sampler(self, interval_s: float = 1.0, *,
+                          evidence: str = "first_dispatch") -> Any:
+        """Sample NVML devices into ``hw.*`` instruments until shutdown.
+
+        Returns the sampler, or None when no NVML device is present (a CPU-only machine
+        stays silent). ``evidence="immediately"`` reports capability gaps at once
+        (for wrapped processes whose dispatches we cannot see).
+        """
+        from otel_proofscope.gpu import start_sampler
+
+        sampler = start_sampler(meter_provider=self.meter_provider, interval_s=interval_s,
+                                evidence=evidence)
+        if sampler is not None:
+            self._before_shutdown.append(sampler.stop)
+        return sampler
 
     def force_flush(self, timeout_s: float | None = None) -> bool:
         """Export what is queued; bounded by ``timeout_s`` (default: the shutdown bound)."""
@@ -204,6 +221,8 @@ class Telemetry:
             budget = timeout_s if timeout_s is not None else self.shutdown_timeout_s
             start = time.monotonic()
             deadline = start + budget
+            for stop in self._before_shutdown:
+                self._bounded(stop, min(deadline, time.monotonic() + budget / 4))
             # Metrics first: the final collection includes the last proof's durations.
             self._bounded(lambda: self.meter_provider.shutdown(
                 timeout_millis=max(1, (deadline - time.monotonic()) * 1000)), deadline)
