@@ -149,6 +149,8 @@ class Evidence:
                 Attr.GPU_CAPABILITY_REASON: gap.reason.value,
                 Attr.HW_ID: identity.hw_id,
             }
+            if gap.detail:
+                attrs[Attr.GPU_CAPABILITY_DETAIL] = gap.detail
             span.add_event(EventName.GPU_CAPABILITY_UNSUPPORTED, attrs)
         self._unsupported.add(1, {
             Attr.GPU_BACKEND: identity.backend,
