@@ -308,11 +308,11 @@ class EzklInstrumentor(BaseInstrumentor):  # type: ignore[misc]
             attrs[EzklAttr.CALIBRATION_TARGET] = params["target"]
 
         span = self._tracer.start_span(SPAN_NAMES[function], context=parent, attributes=attrs)
-        sampler = self._start_gpu_sampler() if function == "prove" else None
         self._phase_stack.append(span)
         try:
             with trace.use_span(span, end_on_exit=False, record_exception=False,
                                 set_status_on_exception=False):
+                sampler = self._start_gpu_sampler() if function == "prove" else None
                 try:
                     result = original(*args, **kwargs)
                 except BaseException as exc:
@@ -320,18 +320,20 @@ class EzklInstrumentor(BaseInstrumentor):  # type: ignore[misc]
                     span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
                     self._after_failure(function, span, root, run)
                     raise
+                finally:
+                    if sampler is not None:
+                        _stop_sampler(sampler)
                 self._after_success(function, params, result, span, root, run)
                 return result
         finally:
-            if sampler is not None:
-                _stop_sampler(sampler)
             if self._phase_stack and self._phase_stack[-1] is span:
                 self._phase_stack.pop()
             elif span in self._phase_stack:
                 self._phase_stack.remove(span)
             span.end()
             if run is not None:
-                run.last_end_ns = time.time_ns()
+                end = getattr(span, "end_time", None)
+                run.last_end_ns = end if isinstance(end, int) else time.time_ns()
                 if function == "verify" or run.failed:
                     self._end(run)
 
