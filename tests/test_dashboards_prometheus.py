@@ -5,11 +5,12 @@ queries is a name the real OpenTelemetry Prometheus exporter renders for a metri
 ``otel_proofscope.semconv`` (or a collector spanmetrics name), label matchers only use
 that metric's attributes, and the layer-kind colours are the contract's.
 
-End to end (``slow``): provers run real proofs with a Prometheus endpoint, the Debian
-``prometheus`` binary scrapes them every second on 127.0.0.1 with the shipped
+End to end (~20 s): the demo's reference prover proves repeatedly on the CPU and on
+wgpu (Mesa lavapipe) behind ``configure(prometheus_port=…)``, the Debian ``prometheus``
+binary scrapes both every second on 127.0.0.1 with the shipped
 ``deploy/prometheus-direct.yml`` (targets and interval replaced), and then every PromQL
 expression of every panel and every template variable is executed over the HTTP API and
-must return data. Panels that only the collector's spanmetrics connector can feed are
+must return finite data. Panels that only the collector's spanmetrics connector can feed are
 skipped with the reason; a GPU panel may be empty only where the backend reported the
 capability gap (``gpu.capability.unsupported``) — that is the point of the gap.
 """
@@ -52,7 +53,7 @@ PROMTOOL = shutil.which("promtool")
 SCRAPE_S = 1
 RATE_INTERVAL = f"{4 * SCRAPE_S}s"
 #: Proofs each prover runs; spread over several scrapes so rates see increases.
-PROOFS = 6
+PROOFS = 5
 #: Hard bound on the whole end-to-end setup (start, prove, scrape).
 SETUP_DEADLINE_S = 75.0
 
@@ -249,6 +250,8 @@ def test_dashboards_are_well_formed() -> None:
         uids.add(d["uid"])
         ids = [p["id"] for p in _panels(d)]
         assert len(ids) == len(set(ids)), f"{path.name}: duplicate panel ids"
+        titles = [p["title"] for p in _panels(d)]
+        assert len(titles) == len(set(titles)), f"{path.name}: duplicate panel titles"
         for p in _panels(d):
             gp = p["gridPos"]
             assert gp["x"] + gp["w"] <= 24, f"{path.name}: {p['title']} is wider than the grid"
@@ -430,11 +433,15 @@ target_info{job="svc-through-collector",instance="i-1",host_name="h"} 1
 
 
 class _Exposition(BaseHTTPRequestHandler):
+    #: Served until the relabelling has been observed, then withdrawn (Prometheus marks
+    #: the series stale), so the sample never reaches the dashboard queries.
+    body = COLLECTOR_STYLE_EXPOSITION
+
     def do_GET(self) -> None:
         self.send_response(200)
         self.send_header("Content-Type", "text/plain; version=0.0.4")
         self.end_headers()
-        self.wfile.write(COLLECTOR_STYLE_EXPOSITION)
+        self.wfile.write(type(self).body)
 
     def log_message(self, *_: Any) -> None:
         pass
@@ -442,59 +449,56 @@ class _Exposition(BaseHTTPRequestHandler):
 
 # ── provers ──────────────────────────────────────────────────────────────────────────
 
-
-def _demo_supports_prometheus() -> bool:
-    try:
-        done = subprocess.run([sys.executable, "-m", "otel_proofscope", "demo", "--help"],
-                              capture_output=True, text=True, timeout=60)
-    except subprocess.TimeoutExpired:
-        return False
-    return "--prometheus-port" in done.stdout
-
-
-# Until `proofscope demo --prometheus-port` exists: real proofs through the ProofTracer
-# API with the SDK's PrometheusMetricReader, in their own process.
-_TRACER_PROVER = textwrap.dedent("""
+# The reference prover of `proofscope demo` (its network, prover and GPU kernels, and
+# configure(prometheus_port=…) exactly as run_demo uses them), proving several times in
+# one process: `proofscope demo` proves once, and a counter's first sample is never an
+# increase, so one proof per process leaves every rate() panel at zero.
+_DEMO_PROVER = textwrap.dedent("""
     import sys, time
-    from opentelemetry.exporter.prometheus import PrometheusMetricReader
-    from opentelemetry.sdk.metrics import MeterProvider
-    from opentelemetry.sdk.resources import Resource
-    from opentelemetry.sdk.trace import TracerProvider
-    from prometheus_client import start_http_server
-    from otel_proofscope.instrumentation import ProofTracer
-    from otel_proofscope.pipeline.self_metrics import register_self_metrics
+    from otel_proofscope.demo.circuit import build_network
+    from otel_proofscope.demo.prover import prove
+    from otel_proofscope.demo.runner import BackendUnavailableError, load_matmul
+    from otel_proofscope.pipeline.config import configure
 
     port, backend, proofs = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
-    hold = float(sys.argv[4])
-    res = Resource.create({"service.name": "proofscope-dashboard-test"})
-    start_http_server(port, addr="127.0.0.1")
-    mp = MeterProvider(resource=res, metric_readers=[PrometheusMetricReader()])
-    register_self_metrics(mp)
-    t = ProofTracer(TracerProvider(resource=res), mp)
+    pause, hold, out = float(sys.argv[4]), float(sys.argv[5]), sys.argv[6]
+    tel = configure(service_name="proofscope-demo", out_dir=out, rerun="off",
+                    prometheus_port=port)
+    try:
+        matmul, hw_id = load_matmul(backend, tel.meter_provider)
+    except BackendUnavailableError as exc:
+        print("BACKEND-UNAVAILABLE", exc, flush=True)
+        time.sleep(hold)
+        sys.exit(0)
+    network = build_network(8, 32, None, 0)
     for i in range(proofs):
-        with t.proof(system="gkr", backend=backend, layers=3) as p:
-            for j, kind in enumerate(("MatMul", "Activation", "Add")):
-                with t.layer(index=j, kind=kind, rounds=4, claim_initial=j + 1):
-                    for r in range(4):
-                        t.sumcheck_round(r, poly=[1, 2, 3], claim=r + 7)
-                    time.sleep(0.01 * (j + 1))
-            with t.verify() as v:
-                v.set_verified(True)
-            p.set_result(layer_proofs=3, verified=True)
+        result = prove(network, tracer=tel.tracer, backend=backend, matmul=matmul,
+                       hw_id=hw_id)
+        assert result.verified, result.verify.reason
         print("proof", i, flush=True)
-        time.sleep(0.7)
+        time.sleep(pause)
     print("holding", flush=True)
     time.sleep(hold)
 """)
 
+#: backend → (pause between proofs, what the collector endpoint is). The CPU prover
+#: exports OTLP to a port where nothing listens (a collector that is down), so the
+#: telemetry-drop panels show real, counted losses; the wgpu prover writes files.
+PROVERS = {"cpu": 0.5, "wgpu": 0.2}
+
 
 @dataclass
 class Prover:
-    name: str
     backend: str
     port: int
     proc: subprocess.Popen[str]
     log: Path
+
+    def unavailable(self) -> str | None:
+        for line in self.log.read_text().splitlines():
+            if line.startswith("BACKEND-UNAVAILABLE"):
+                return line.split(" ", 1)[1]
+        return None
 
 
 @dataclass
@@ -502,6 +506,7 @@ class Stack:
     prometheus: Prometheus
     provers: list[Prover]
     start: float
+    sample_at: float
     end: float = 0.0
     backends: set[str] = field(default_factory=set)
 
@@ -509,16 +514,25 @@ class Stack:
     def range_s(self) -> int:
         return math.ceil(self.end - self.start) + 1
 
+    def gpu_unavailable(self) -> str | None:
+        reasons = [f"{p.backend}: {r}" for p in self.provers
+                   if p.backend != "cpu" and (r := p.unavailable())]
+        return "; ".join(reasons) or None
+
 
 def _start_prover(backend: str, port: int, workdir: Path) -> Prover:
     log = workdir / f"prover-{backend}.log"
-    hold = str(int(SETUP_DEADLINE_S + 60))
-    cmd = [sys.executable, "-c", _TRACER_PROVER, str(port), backend, str(PROOFS), hold]
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    hold = str(int(SETUP_DEADLINE_S + 60))  # killed at teardown long before
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "PROOFSCOPE_"))}
+    env["PYTHONUNBUFFERED"] = "1"
+    if backend == "cpu":
+        env["OTEL_EXPORTER_OTLP_ENDPOINT"] = f"http://127.0.0.1:{free_port()}"
+    cmd = [sys.executable, "-c", _DEMO_PROVER, str(port), backend, str(PROOFS),
+           str(PROVERS[backend]), hold, str(workdir / f"out-{backend}")]
     with log.open("w") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, text=True, env=env,
                                 cwd=workdir, start_new_session=True)
-    return Prover(backend, backend, port, proc, log)
+    return Prover(backend, port, proc, log)
 
 
 def _stop(proc: subprocess.Popen[Any]) -> None:
@@ -536,9 +550,9 @@ def stack() -> Iterator[Stack]:
     if PROMETHEUS is None:
         pytest.skip("the prometheus binary (Debian package prometheus) is not installed")
     workdir = Path(tempfile.mkdtemp(prefix="proofscope-prom-"))
-    start = time.time()
     deadline = time.monotonic() + SETUP_DEADLINE_S
-    ports = {b: free_port() for b in ("cpu",)}
+    ports = {b: free_port() for b in PROVERS}
+    _Exposition.body = COLLECTOR_STYLE_EXPOSITION
     exposition = ThreadingHTTPServer(("127.0.0.1", 0), _Exposition)
     threading.Thread(target=exposition.serve_forever, daemon=True).start()
 
@@ -560,9 +574,12 @@ def stack() -> Iterator[Stack]:
         # Provers start once Prometheus scrapes (its scrape manager applies targets on a
         # 5 s tick): a counter's first sample is never an increase, so proofs finished
         # before the first scrape would be invisible to rate().
-        _wait_for_scrapes(prom, deadline)
+        sample_at = _wait_for_sample(prom, deadline)
+        _Exposition.body = b""
+        time.sleep(1.5 * SCRAPE_S)  # one more scrape: the sample's series go stale
+        start = time.time()
         provers += [_start_prover(b, port, workdir) for b, port in ports.items()]
-        st = Stack(prom, provers, start)
+        st = Stack(prom, provers, start, sample_at)
         _wait_for_proofs(st, deadline)
         yield st
     finally:
@@ -573,28 +590,34 @@ def stack() -> Iterator[Stack]:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def _wait_for_scrapes(prom: Prometheus, deadline: float) -> None:
-    while not prom.query("up"):
+def _wait_for_sample(prom: Prometheus, deadline: float) -> float:
+    """Until the collector-style sample has been scraped; returns a time it is live at."""
+    while not prom.query('target_info{exported_job="svc-through-collector"}'):
         if time.monotonic() > deadline:
-            raise AssertionError("prometheus never scraped")
+            raise AssertionError(f"prometheus never scraped: {prom.log.read_text()[-2000:]}")
         time.sleep(0.2)
+    return time.time()
 
 
 def _wait_for_proofs(st: Stack, deadline: float) -> None:
-    """Until every prover's proofs are in Prometheus, then two more scrapes (so the last
-    increase is inside every rate window), bounded by ``deadline``."""
-    want = PROOFS * len(st.provers)
+    """Until every prover's proofs (and the CPU prover's export failures) are in
+    Prometheus, then two more scrapes so the last increase is inside every rate window;
+    bounded by ``deadline``."""
     while True:
         for p in st.provers:
             if p.proc.poll() is not None:
-                raise AssertionError(f"prover {p.name} exited {p.proc.returncode}: "
+                raise AssertionError(f"prover {p.backend} exited {p.proc.returncode}: "
                                      f"{p.log.read_text()[-3000:]}")
+        running = [p for p in st.provers if p.unavailable() is None]
+        want = PROOFS * len(running)
         got = sum(values(st.prometheus.query("sum(proof_duration_seconds_count)")))
-        if got >= want:
+        dropped = st.prometheus.query("sum(proofscope_dropped_total) > 0")
+        if got >= want and dropped:
             break
         if time.monotonic() > deadline:
             logs = "\n".join(p.log.read_text()[-1500:] for p in st.provers)
-            raise AssertionError(f"only {got}/{want} proofs scraped in time\n{logs}")
+            raise AssertionError(f"in time: {got}/{want} proofs scraped, drops seen: "
+                                 f"{bool(dropped)}\n{logs}")
         time.sleep(0.5)
     time.sleep(2.5 * SCRAPE_S)
     st.end = time.time()
@@ -609,9 +632,9 @@ def _gap_reason(st: Stack, expr: str) -> str | None:
         "_count")] for n, _ in selectors(expr)
         if n.removesuffix("_bucket").removesuffix("_sum").removesuffix("_count")
         in GAP_OF_METRIC}
+    if st.gpu_unavailable() and not st.prometheus.query("count(gpu_dispatch_count_total)"):
+        return f"no GPU here ({st.gpu_unavailable()})"
     if not caps:
-        if not st.prometheus.query("count(gpu_dispatch_count_total)"):
-            return "no GPU dispatch in this run (no wgpu prover)"
         return None
     reasons = []
     for cap in sorted(caps):
@@ -619,8 +642,6 @@ def _gap_reason(st: Stack, expr: str) -> str | None:
             f'group by (gpu_backend, gpu_capability_reason) '
             f'(gpu_capability_unsupported_total{{gpu_capability="{cap.value}"}})')
         if not gaps:
-            if not st.prometheus.query("count(gpu_dispatch_count_total)"):
-                return "no GPU dispatch in this run (no wgpu prover)"
             return None
         reasons += [f"{g['metric']['gpu_backend']} reports {cap.value} unsupported "
                     f"({g['metric'].get('gpu_capability_reason', '?')})" for g in gaps]
@@ -632,7 +653,6 @@ def _gap_reason(st: Stack, expr: str) -> str | None:
 QUERIES = panel_queries()
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("q", QUERIES, ids=[q.id for q in QUERIES])
 def test_panel_query_returns_data(stack: Stack, q: PanelQuery) -> None:
     if q.collector_only:
@@ -653,7 +673,6 @@ def test_panel_query_returns_data(stack: Stack, q: PanelQuery) -> None:
     assert finite, f"{q.id}: only NaN/Inf for {expr}: {result[:3]}"
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("v", variable_queries(),
                          ids=[f"{v.dashboard}/${v.name}" for v in variable_queries()])
 def test_template_variable_has_values(stack: Stack, v: VariableQuery) -> None:
@@ -664,13 +683,11 @@ def test_template_variable_has_values(stack: Stack, v: VariableQuery) -> None:
     if selector:
         params["match[]"] = substitute(selector, stack.range_s)
     found = stack.prometheus.api(f"label/{label}/values", **params)
-    if not found and "gpu" in v.query and not stack.prometheus.query(
-            "count(gpu_dispatch_count_total)"):
-        pytest.skip("no GPU dispatch in this run (no wgpu prover)")
+    if not found and "gpu" in v.query and stack.gpu_unavailable():
+        pytest.skip(f"no GPU here ({stack.gpu_unavailable()})")
     assert found, f"${v.name}: {v.query} has no values"
 
 
-@pytest.mark.slow
 def test_rates_see_the_proofs(stack: Stack) -> None:
     """Not just series: the throughput panels show the proofs that ran."""
     per_min = stack.prometheus.query_range(
@@ -686,13 +703,57 @@ def test_rates_see_the_proofs(stack: Stack) -> None:
     assert kinds and kinds <= set(k.value for k in LAYER_KIND_COLOURS)
 
 
-@pytest.mark.slow
+def _panel_expr(dashboard: str, panel: str, ref: str = "A") -> str:
+    return next(q.expr for q in QUERIES
+                if (q.dashboard, q.panel, q.ref) == (dashboard, panel, ref))
+
+
+def _instant(stack: Stack, dashboard: str, panel: str, ref: str = "A") -> list[dict[str, Any]]:
+    return stack.prometheus.query(substitute(_panel_expr(dashboard, panel, ref),
+                                             stack.range_s), at=stack.end)
+
+
+def test_both_backends_proved(stack: Stack) -> None:
+    want = {"cpu"} if stack.gpu_unavailable() else {"cpu", "wgpu"}
+    assert stack.backends == want
+
+
+def test_drops_are_shown(stack: Stack) -> None:
+    """The CPU prover's collector is down: its losses, counted exactly, reach the panels."""
+    (total,) = values(_instant(stack, "Proof overview", "Telemetry dropped"))
+    assert total > 0
+    by_reason = stack.prometheus.query_range(
+        substitute(_panel_expr("Proof overview", "Telemetry dropped and rejected, by reason"),
+                   stack.range_s),
+        stack.start, stack.end)
+    reasons = {s["metric"].get("reason") for s in by_reason}
+    assert "export_failed" in reasons
+
+
+def test_gpu_panels_show_the_wgpu_run(stack: Stack) -> None:
+    if stack.gpu_unavailable():
+        pytest.skip(f"no GPU here ({stack.gpu_unavailable()})")
+    dispatches = stack.prometheus.query_range(
+        substitute(_panel_expr("GPU", "Dispatches / s"), stack.range_s), stack.start, stack.end)
+    assert max(values(dispatches)) > 0
+    devices = _instant(stack, "GPU", "Devices")
+    assert [d["metric"]["hw_state"] for d in devices] == ["ok"]
+    gaps = {(g["metric"]["gpu_capability"], g["metric"]["gpu_capability_reason"])
+            for g in _instant(stack, "GPU", "Capability gaps")}
+    # lavapipe has no utilization counter: the gap is reported, with its reason.
+    assert ("utilization", "unsupported") in gaps
+    for name in ("Faults", "Retries", "Recoveries"):
+        assert values(_instant(stack, "GPU", name)) == [0.0], name
+
+
 def test_collector_names_are_relabelled_to_the_dashboards(stack: Stack) -> None:
     """deploy/prometheus.yml gives collector-scraped series the dashboards' names."""
+    at = stack.sample_at
     util = stack.prometheus.query('hw_gpu_utilization{exported_job="svc-through-collector"}',
-                                  at=stack.end)
+                                  at=at)
     assert values(util) == [0.25]
-    assert not stack.prometheus.query("hw_gpu_utilization_ratio", at=stack.end)
-    info = stack.prometheus.query('target_info{service_name="svc-through-collector"}',
-                                  at=stack.end)
+    assert not stack.prometheus.query("hw_gpu_utilization_ratio", at=at)
+    info = stack.prometheus.query('target_info{service_name="svc-through-collector"}', at=at)
     assert len(info) == 1
+    # … and the sample is gone before the provers start: it feeds no dashboard query.
+    assert not stack.prometheus.query('{exported_job="svc-through-collector"}', at=stack.start)
