@@ -1,13 +1,95 @@
-"""`proofscope run`: run any prover process under a proof span, sampling GPUs"""
+"""`proofscope run`: run any prover process under a proof span, sampling GPUs."""
 
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
-from otel_proofscope.cli import not_built
+HELP = "run any prover process under a proof span, sampling GPUs"
+
+DESCRIPTION = """\
+Run a prover (any language) as one `proof` span. The child's environment carries
+the trace context (TRACEPARENT, TRACESTATE, BAGGAGE) so an OpenTelemetry-instrumented
+prover that extracts it joins the same trace, and PROOFSCOPE_STREAM: a path where it
+may write proof-stream JSON lines, which become live layer/sumcheck spans. GPUs are
+sampled (NVML) while it runs. The prover's exit code is proofscope's exit code;
+SIGINT, SIGTERM and SIGHUP are forwarded to it.
+"""
+
+EPILOG = """\
+examples:
+  proofscope run -- ./target/release/prove --model m.onnx
+  proofscope run --system stwo-ml --stream fifo -- cargo run --release --bin prove
+  proofscope run --stream-url 'ws://127.0.0.1:8080/ws?token=T' -- ./prove
+
+OTEL_* variables are passed to the child unchanged. Our own summary goes to stderr.
+"""
 
 
 def register(sub: Any) -> None:
-    p: argparse.ArgumentParser = sub.add_parser("run", help="run any prover process under a proof span, sampling GPUs", description="run any prover process under a proof span, sampling GPUs")
-    p.set_defaults(handler=lambda args: not_built("run", "integrations"))
+    from otel_proofscope.cli.replay_cmd import add_telemetry_args
+
+    p: argparse.ArgumentParser = sub.add_parser(
+        "run", help=HELP, description=DESCRIPTION, epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_telemetry_args(p)
+    p.add_argument("--system", default="unknown",
+                   help="proof.system of the root span (gkr, ezkl, stwo-ml, …)")
+    p.add_argument("--backend", default="unknown",
+                   help="proof.backend of the root span (cpu, cuda, wgpu, metal)")
+    p.add_argument("--model-name", default=None, help="proof.model.name of the root span")
+    p.add_argument("--stream", choices=("file", "fifo", "off"), default="file",
+                   help="how PROOFSCOPE_STREAM is offered: a file followed like tail -f "
+                        "(default; the prover never blocks on us), a FIFO, or not at all")
+    p.add_argument("--stream-path", metavar="PATH", default=None,
+                   help="use PATH for PROOFSCOPE_STREAM (kept afterwards, replayable)")
+    p.add_argument("--stream-url", metavar="ws://…", default=None,
+                   help="also read the prover's proof-stream WebSocket")
+    p.add_argument("--no-gpu", dest="gpu", action="store_false",
+                   help="do not sample GPUs")
+    p.add_argument("--kill-after", metavar="SECONDS", type=float, default=30.0,
+                   help="SIGKILL the prover this long after a forwarded signal if it is "
+                        "still running (default 30; 0 = never)")
+    p.add_argument("--record-args", action="store_true",
+                   help="record the full command line on the span (may contain secrets)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no summary on stderr")
+    p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD ARGS...",
+                   help="the prover command")
+    p.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from otel_proofscope.cli.replay_cmd import start_telemetry
+    from otel_proofscope.integrations.proof_stream.sources import SourceError
+    from otel_proofscope.integrations.run import RunConfig, run_process
+
+    command = list(args.command)
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command:
+        print("proofscope run: no command given (proofscope run -- CMD ARGS...)",
+              file=sys.stderr)
+        return 2
+    cfg = RunConfig(argv=command, system=args.system, backend=args.backend,
+                    model_name=args.model_name, stream=args.stream,
+                    stream_path=args.stream_path, stream_url=args.stream_url,
+                    sample_gpus=args.gpu, kill_after_s=args.kill_after,
+                    record_args=args.record_args)
+    # SIGTERM is forwarded to the prover, not turned into our own exit.
+    telemetry, notes = start_telemetry(args, "proofscope-run", handle_sigterm=False)
+    try:
+        result = run_process(cfg, tracer=telemetry.tracer,
+                             tracer_provider=telemetry.tracer_provider,
+                             meter_provider=telemetry.meter_provider)
+    except (SourceError, ValueError, OSError) as exc:
+        print(f"proofscope run: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        report = telemetry.shutdown()
+    if not args.quiet:
+        lines = [f"{command[0]} exited with code {result.exit_code}"
+                 + (" (killed after --kill-after)" if result.killed else "")]
+        lines += result.stream_lines + result.notes + notes + report.lines()
+        print("\n".join(f"proofscope run: {line}" for line in lines), file=sys.stderr)
+    return result.exit_code
