@@ -583,6 +583,9 @@ def stack() -> Iterator[Stack]:
         _wait_for_proofs(st, deadline)
         yield st
     finally:
+        for p in provers:  # all at once: each may spend its flush bound on the dead collector
+            if p.proc.poll() is None:
+                p.proc.terminate()
         for p in provers:
             _stop(p.proc)
         prom.stop()
