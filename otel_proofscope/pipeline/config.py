@@ -210,8 +210,14 @@ class Telemetry:
         deadline = time.monotonic() + budget
         ok = all(p.force_flush(int(max(0.0, deadline - time.monotonic()) * 1000))
                  for p in self.span_processors)
-        remaining = int(max(0.0, deadline - time.monotonic()) * 1000)
-        return self.meter_provider.force_flush(remaining) and ok
+        # Metrics get their own share of the budget: a dead span sink must not leave
+        # them none (the SDK raises MetricsTimeoutError on a zero timeout).
+        remaining = max(budget / 4, deadline - time.monotonic()) * 1000
+        try:
+            return self.meter_provider.force_flush(int(remaining)) and ok
+        except Exception as exc:
+            _log.warning("metric flush did not finish within %.1f s: %s", remaining / 1000, exc)
+            return False
 
     def shutdown(self, timeout_s: float | None = None) -> ShutdownReport:
         """Flush and close every sink within ``timeout_s``; report what was lost."""
