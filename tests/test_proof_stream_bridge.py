@@ -85,6 +85,8 @@ def test_fixture_replays_into_one_trace_of_contract_spans(pipeline: Any) -> None
     assert all(StreamAttr.UNTERMINATED not in layer_span(spans, i).attributes
                for i in range(1, 6))
     assert bridge.stats.decoded == 42
+    # A recorded file: span times are replay times, and every span says so.
+    assert {s.attributes[StreamAttr.TIMING] for s in spans} == {"replay"}
 
 
 def test_round_claims_are_exactly_p0_plus_p1_and_no_invented_claim_leaks(

@@ -58,6 +58,7 @@ def collect(source: Any, limit_s: float = 20.0) -> list[tuple[int, bytes]]:
 def test_file_source_numbers_lines_and_cuts_over_long_ones(tmp_path: Path) -> None:
     path = tmp_path / "s.jsonl"
     path.write_bytes(LINES[0] + b"\n" + b"x" * (MAX_LINE_BYTES + 500) + b"\n" + LINES[1])
+    assert not StreamSource(path).live  # a recording, not a live stream
     got = list(StreamSource(path).lines())
     assert [n for n, _ in got] == [1, 2, 3]
     assert got[0][1].rstrip() == LINES[0] and got[2][1] == LINES[1]
@@ -86,6 +87,7 @@ def test_follow_source_reads_a_growing_file_across_partial_writes(tmp_path: Path
 def test_follow_source_fifo_with_writers_coming_and_going(tmp_path: Path) -> None:
     path = tmp_path / "events.fifo"
     os.mkfifo(path)
+    assert StreamSource(path).live
     source = FollowSource(path, poll_s=0.01).open()
     half = len(LINES) // 2
 

@@ -225,6 +225,7 @@ def test_child_proof_stream_becomes_live_spans_under_the_root(tmp_path: Path, mo
     assert {s["traceId"] for s in spans} == {root["traceId"]}
     assert all(s["parentSpanId"] == root["spanId"] for s in spans
                if s["spanId"] != root["spanId"])
+    assert {attrs(s)["proofscope.stream.timing"] for s in layers} == {"live"}
     a = attrs(root)
     assert a[Attr.PROOF_MODEL_NAME] == "tiny-residual-mlp"  # ProofStart annotated the root
     assert int(a[Attr.PROOF_LAYER_PROOFS]) == 5
@@ -284,13 +285,18 @@ def test_stream_path_is_kept_for_a_later_replay(pipeline: Any, tmp_path: Path) -
     child = tmp_path / "child.py"
     child.write_text(STREAM_CHILD)
     path = tmp_path / "kept.jsonl"
+    path.write_text('{"Log":{"level":"Info","message":"from an earlier run"}}\n')
     result = run_process(
         RunConfig(argv=[sys.executable, str(child), str(FIXTURE)], stream_path=str(path),
                   sample_gpus=False),
         tracer=pipeline.tracer, tracer_provider=pipeline.telemetry.tracer_provider,
         meter_provider=pipeline.telemetry.meter_provider)
     assert result.exit_code == 0
-    assert path.read_bytes() == FIXTURE.read_bytes()
+    assert path.read_bytes().endswith(FIXTURE.read_bytes())
     spans = pipeline.finished()
     assert sum(s.name == SpanName.LAYER for s in spans) == 6
+    logs = [e.attributes["proof.log.message"] for s in spans for e in s.events
+            if e.name == "proof.log"]
+    assert "from an earlier run" not in logs  # only what this run appended
+    assert any("44 line(s)" in line for line in result.stream_lines)
     assert any("line 13" in line for line in result.stream_lines)

@@ -106,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
     telemetry, notes = start_telemetry(args, "proofscope-replay")
     bridge = StreamBridge(tracer_provider=telemetry.tracer_provider,
                           meter_provider=telemetry.meter_provider, system=args.system,
-                          source=source.name)
+                          source=source.name, live=source.live)
     rc = 0
     try:
         replay(source, bridge)

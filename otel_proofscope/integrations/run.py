@@ -138,8 +138,10 @@ class _Stream:
         self.bridges: list[StreamBridge] = []
         self._notes = notes
         if cfg.stream != "off":
+            existed = cfg.stream_path is not None and os.path.exists(cfg.stream_path)
             self.path = self._make_path(cfg)
-            follow = FollowSource(self.path).open()
+            # A reused --stream-path: only what this run appends belongs to it.
+            follow = FollowSource(self.path, from_end=existed).open()
             self._add(follow, cfg, root, tracer_provider, meter_provider)
         if cfg.stream_url:
             ws = WebSocketSource(cfg.stream_url, max_reconnects=1000)
@@ -168,7 +170,7 @@ class _Stream:
              tracer_provider: Any, meter_provider: Any) -> None:
         bridge = StreamBridge(tracer_provider=tracer_provider, meter_provider=meter_provider,
                               system=cfg.system, source=source.name, root=root,
-                              root_backend_known=cfg.backend != "unknown")
+                              root_backend_known=cfg.backend != "unknown", live=True)
         # A copy of the current context: the bridge's spans are children of the root.
         ctx = contextvars.copy_context()
         thread = threading.Thread(target=ctx.run, args=(self._read, source, bridge),

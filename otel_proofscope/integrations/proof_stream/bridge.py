@@ -75,6 +75,9 @@ class StreamAttr:
     """
 
     DURATION = "proofscope.stream.duration"
+    #: "live" (span times are arrival times of a live stream) or "replay" (span times
+    #: are when a recording was replayed: only proofscope.stream.duration is real).
+    TIMING = "proofscope.stream.timing"
     CLAIM_A_NORMALIZED = "proofscope.stream.claim_a_normalized"
     FINAL_CLAIM_A_NORMALIZED = "proofscope.stream.final_claim_a_normalized"
     ROUNDS_COMPLETED = "proofscope.stream.rounds_completed"
@@ -151,12 +154,15 @@ class StreamBridge:
         root: an already open ``proof`` span (``proofscope run``): the first
             ``ProofStart`` annotates it instead of opening a second root. The bridge
             must then run in a context where that span is current.
+        live: events arrive as the prover emits them (a pipe, FIFO, WebSocket), so
+            span times are meaningful; False for a recorded file.
     """
 
     def __init__(self, *, tracer_provider: trace.TracerProvider | None = None,
                  meter_provider: metrics.MeterProvider | None = None,
                  system: str = "stwo-ml", source: str = "stream",
-                 root: ProofHandle | None = None, root_backend_known: bool = False) -> None:
+                 root: ProofHandle | None = None, root_backend_known: bool = False,
+                 live: bool = False) -> None:
         self.tracer = ProofTracer(tracer_provider, NoOpMeterProvider())
         meter = metrics.get_meter(METER_NAME, __version__, meter_provider)
         self._proof_duration = _histogram(meter, Metric.PROOF_DURATION)
@@ -164,6 +170,7 @@ class StreamBridge:
         d = Metric.PROOF_SUMCHECK_ROUND_COUNT
         self._round_count = meter.create_counter(d.name, d.unit, d.description)
         self.system = system
+        self.timing = "live" if live else "replay"
         self.stats = StreamStats(source)
         self._stack: list[_Open] = []
         self._root_annotated = False
@@ -239,6 +246,7 @@ class StreamBridge:
 
     def _push(self, kind: str, phase: Any, key: int | None = None) -> _Open:
         handle = phase.__enter__()
+        handle.span.set_attribute(StreamAttr.TIMING, self.timing)
         entry = _Open(kind, phase, handle, key)
         self._stack.append(entry)
         return entry
@@ -355,6 +363,7 @@ class StreamBridge:
                 StreamAttr.CIRCUIT_NODE_ID: [n.node_id for n in ev.nodes],
                 StreamAttr.CIRCUIT_HAS_SIMD: ev.has_simd,
                 StreamAttr.CIRCUIT_SIMD_BLOCKS: ev.simd_num_blocks,
+                StreamAttr.TIMING: self.timing,
                 Attr.PROOFSCOPE_NOTE: NOTE_CIRCUIT,
             })
 

@@ -32,6 +32,8 @@ class SourceError(RuntimeError):
 class LineSource(Protocol):
     name: str
     reconnects: int
+    #: True when lines arrive as they are produced (not a recording read back).
+    live: bool
 
     def lines(self) -> Iterator[tuple[int, bytes]]: ...
 
@@ -58,6 +60,13 @@ def _read_bounded_lines(stream: BinaryIO) -> Iterator[bytes]:
         yield raw
 
 
+def _is_regular_file(target: int | str) -> bool:
+    try:
+        return stat.S_ISREG(os.stat(target).st_mode)
+    except OSError:
+        return False
+
+
 class StreamSource:
     """A file, a FIFO (blocks until a writer opens it, ends at EOF) or stdin (``-``)."""
 
@@ -66,6 +75,7 @@ class StreamSource:
         self.name = "stdin" if self.path == "-" else Path(self.path).name
         self.reconnects = 0
         self._stopped = False
+        self.live = not _is_regular_file(0 if self.path == "-" else self.path)
 
     def lines(self) -> Iterator[tuple[int, bytes]]:
         if self.path == "-":
@@ -96,10 +106,13 @@ class FollowSource:
     already written is still read before the iterator ends.
     """
 
-    def __init__(self, path: str | Path, poll_s: float = 0.05) -> None:
+    def __init__(self, path: str | Path, poll_s: float = 0.05, *,
+                 from_end: bool = False) -> None:
         self.path = str(path)
+        self.from_end = from_end  # skip what an existing file already holds
         self.name = Path(self.path).name
         self.reconnects = 0
+        self.live = True
         self.poll_s = poll_s
         self._stop = threading.Event()
         self._fd: int | None = None
@@ -115,6 +128,8 @@ class FollowSource:
                 self._fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK)
             except OSError as exc:
                 raise SourceError(f"cannot open {self.path}: {exc.strerror}") from None
+            if self.from_end and stat.S_ISREG(os.fstat(self._fd).st_mode):
+                os.lseek(self._fd, 0, os.SEEK_END)
         return self
 
     def lines(self) -> Iterator[tuple[int, bytes]]:
@@ -194,6 +209,7 @@ class WebSocketSource:
         self.idle_timeout = idle_timeout
         self.poll_s = poll_s
         self.reconnects = 0
+        self.live = True
         self.ended_by: str = ""
         self._stop = threading.Event()
 
