@@ -13,6 +13,7 @@ from typing import Any
 import grpc
 import pytest
 from google.rpc.status_pb2 import Status as RpcStatus
+from grpc import Compression
 from opentelemetry.exporter.otlp.json.common.trace_encoder import (
     encode_spans as encode_spans_json,
 )
@@ -23,6 +24,7 @@ from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import (
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
     OTLPSpanExporter as GrpcSpanExporter,
 )
+from opentelemetry.exporter.otlp.proto.http import Compression as HttpCompression
 from opentelemetry.exporter.otlp.proto.http.metric_exporter import (
     OTLPMetricExporter as HttpMetricExporter,
 )
@@ -141,11 +143,17 @@ def test_official_grpc_and_http_exporters_deliver_a_proof(
                             headers=(("authorization", auth),), timeout=5), "via-grpc")
     _prove(HttpSpanExporter(endpoint=f"{receiver.http_endpoint}/v1/traces",
                             headers={"Authorization": auth}, timeout=5), "via-http")
+    _prove(GrpcSpanExporter(endpoint=receiver.grpc_endpoint, insecure=True,
+                            headers=(("authorization", auth),), timeout=5,
+                            compression=Compression.Gzip), "via-grpc-gzip")
+    _prove(HttpSpanExporter(endpoint=f"{receiver.http_endpoint}/v1/traces",
+                            headers={"Authorization": auth}, timeout=5,
+                            compression=HttpCompression.Gzip), "via-http-gzip")
     spans = sinks[0].get_finished_spans()
-    _check_proof(spans, "via-grpc")
-    _check_proof(spans, "via-http")
+    for service in ("via-grpc", "via-http", "via-grpc-gzip", "via-http-gzip"):
+        _check_proof(spans, service)
     stats = receiver.stats()
-    assert stats["spans_accepted"] == 8 and stats["spans_rejected"] == 0
+    assert stats["spans_accepted"] == 16 and stats["spans_rejected"] == 0
 
 
 def test_official_metric_exporters_deliver_proof_metrics(
