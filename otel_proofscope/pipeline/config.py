@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from opentelemetry import metrics, trace
 from opentelemetry.sdk.metrics import MeterProvider
@@ -189,7 +189,8 @@ class Telemetry:
         return [p.sink for p in self.span_processors]
 
     def start_gpu_sampler(self, interval_s: float = 1.0, *,
-                          evidence: str = "first_dispatch") -> Any:
+                          evidence: Literal["first_dispatch", "immediately"] = "first_dispatch",
+                          ) -> Any:
         """Sample NVML devices into ``hw.*`` instruments until shutdown.
 
         Returns the sampler, or None when no NVML device is present (a CPU-only machine
