@@ -155,7 +155,15 @@ def attributes(kvs: Iterable[KeyValue]) -> dict[str, Any]:
 def _bounded(kvs: Sequence[KeyValue], dropped: int) -> BoundedAttributes:
     # BoundedAttributes carries the sender's dropped count through to SDK exporters; keys
     # that OTel forbids (empty) are added to it rather than lost without a trace.
-    attrs = BoundedAttributes(None, attributes(kvs), immutable=False, extended_attributes=True)
+    values = attributes(kvs)
+    attrs = BoundedAttributes(None, None, immutable=False, extended_attributes=True)
+    store = getattr(attrs, "_dict", None)
+    if isinstance(store, dict):
+        # Values built by any_value() are valid attribute values by construction; the
+        # SDK's per-value re-validation would double the cost of a span.
+        store.update(values)
+    else:  # pragma: no cover - a future SDK without the private store
+        attrs = BoundedAttributes(None, values, immutable=False, extended_attributes=True)
     attrs.dropped = int(dropped) + sum(1 for kv in kvs if not kv.key)
     return attrs
 
