@@ -19,7 +19,7 @@ from otel_proofscope.integrations.otlp_receiver import OtlpReceiver
 from otel_proofscope.semconv import Attr, SpanName
 
 pytest.importorskip("opentelemetry.instrumentation")
-pytest.importorskip("otel_proofscope.rerun.exporter")
+pytest.importorskip("rerun", reason="rerun-sdk (the [rerun] extra) is not installed")
 
 RUN_TIMEOUT_S = 120
 
@@ -115,7 +115,8 @@ def test_traces_reach_otlp_and_rerun_and_ezkl_is_auto_instrumented(
     entities = {str(p) for p in
                 RrdReader(str(tmp_path / "auto.rrd")).stream().collect().schema().entity_paths()}
     p = f"{trace_id:032x}"[:8]
-    assert {f"/gkr/walk/{p}/layer_0", f"/proof/progress/{p}"} <= entities
+    assert {f"/gkr/claim/{p}", f"/proof/progress/{p}", f"/proof/layer_seconds/{p}/MatMul"} \
+        <= entities
 
     if "ezkl instrumented" not in proc.stdout:
         return  # ezkl not installed here: the rest needs it
