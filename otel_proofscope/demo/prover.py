@@ -203,7 +203,10 @@ def _prove_instrumented(tracer: ProofTracer, layer: LayerSpec, acts: list[U64Arr
 
         def on_round(rnd: int, evals: list[QM31], after: QM31) -> None:
             # Evaluations at t = 0..d and g(r): enough for a reader to redo the check.
-            tracer.sumcheck_round(rnd, evals, after, degree)
+            # Limb tuples, built only if the layer records (their canonical form is the
+            # same as QM31's, and cheaper to produce).
+            tracer.sumcheck_round(rnd, lambda: [e.limbs for e in evals],
+                                  lambda: after.limbs, degree)
 
         step = prove_layer(layer, acts[i], claim, transcript, mm, on_round)
         out.append(step.proof)
