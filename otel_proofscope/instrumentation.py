@@ -407,10 +407,12 @@ class ProofTracer:
                        degree: int | None = None) -> None:
         """Record one finished sumcheck round on the current layer span, live.
 
-        ``poly`` (the round polynomial's coefficients or evaluations, field elements) and
-        ``claim`` (the claim after this round) may be zero-argument callables; they are
-        only called when something records. Never raises: bad input becomes an event
-        with ``error.type`` and a ``proofscope.rejected`` count.
+        ``poly`` is the round polynomial g as its evaluations g(0), g(1), …, g(d) (field
+        elements), so a reader can check g(0) + g(1) against the previous claim without
+        knowing the basis. ``claim`` is the claim after this round, g(r) at the round's
+        challenge r (``None`` when the producer does not know it). Both may be
+        zero-argument callables, only called when something records. Never raises: bad
+        input becomes an event with ``error.type`` and a ``proofscope.rejected`` count.
         """
         if not _active_layers:
             return
@@ -561,7 +563,8 @@ def _record_round(layer: _LayerState, round: int, poly: Lazy, claim: Lazy,
         poly_s = [fields.canonical(c) for c in coeffs]
         if not poly_s:
             raise ValueError("poly: a round polynomial needs at least one coefficient")
-        claim_s = fields.canonical(claim() if callable(claim) else claim)
+        claim_v = claim() if callable(claim) else claim
+        claim_s = None if claim_v is None else fields.canonical(claim_v)
     except (ValueError, TypeError) as exc:
         REJECTIONS.record("poly/claim", "not_a_field_element")
         span.add_event(EventName.SUMCHECK_ROUND, {
@@ -579,8 +582,9 @@ def _record_round(layer: _LayerState, round: int, poly: Lazy, claim: Lazy,
         Attr.SUMCHECK_ROUND: round,
         Attr.SUMCHECK_DEGREE: degree if degree is not None else len(poly_s) - 1,
         Attr.SUMCHECK_POLY: poly_s,
-        Attr.CLAIM: claim_s,
     }
+    if claim_s is not None:
+        attrs[Attr.CLAIM] = claim_s
     if error is None:
         layer.rounds_done += 1
     else:

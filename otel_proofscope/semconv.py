@@ -396,7 +396,11 @@ SPANS: tuple[SpanDef, ...] = (
 )
 
 EVENTS: tuple[EventDef, ...] = (
-    EventDef(EventName.SUMCHECK_ROUND, "One sumcheck round, emitted live on its layer span",
+    EventDef(EventName.SUMCHECK_ROUND, "One sumcheck round, emitted live on its layer span. "
+             "`proof.sumcheck.poly`: the round polynomial's evaluations g(0)…g(d); "
+             "`proof.claim`: the claim after the round, g(r) at its challenge (absent when "
+             "unknown); so g(0)+g(1) equals the previous round's claim "
+             "(`proof.claim.initial` for round 0)",
              (Attr.SUMCHECK_ROUND, Attr.SUMCHECK_DEGREE, Attr.SUMCHECK_POLY, Attr.CLAIM)),
     EventDef(EventName.LAYER_ACTIVATION, "Activation statistics of a layer's output",
              (Attr.LAYER_INDEX, Attr.ACTIVATION_MEAN, Attr.ACTIVATION_STD_DEV,

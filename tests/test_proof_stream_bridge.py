@@ -89,29 +89,41 @@ def test_fixture_replays_into_one_trace_of_contract_spans(pipeline: Any) -> None
     assert {s.attributes[StreamAttr.TIMING] for s in spans} == {"replay"}
 
 
-def test_round_claims_are_exactly_p0_plus_p1_and_no_invented_claim_leaks(
+def test_rounds_carry_exact_evaluations_and_the_next_claim_and_nothing_invented(
         pipeline: Any) -> None:
     _bridge, spans = replay_fixture(pipeline)
     rounds = [(n, p) for n, v, p in fixture_events() if v == "SumcheckRound"]
     starts = {p["layer_idx"]: p for _, v, p in fixture_events() if v == "LayerStart"}
     assert len(rounds) == 8
+    by_layer: dict[int, list[dict[str, Any]]] = {}
     for _n, r in rounds:
-        c = r["poly_deg2"]
-        expected = tuple((2 * c["c0"][k] + c["c1"][k] + c["c2"][k]) % P for k in "abcd")
-        span = layer_span(spans, r["layer_idx"])
-        (event,) = [e for e in span.events if e.name == EventName.SUMCHECK_ROUND
-                    and e.attributes[Attr.SUMCHECK_ROUND] == r["round"]]
-        assert fields.parse_canonical(event.attributes[Attr.CLAIM]) == expected
-        assert [fields.parse_canonical(x) for x in event.attributes[Attr.SUMCHECK_POLY]] == [
-            tuple(c[f"c{i}"][k] for k in "abcd") for i in range(3)]
-        assert event.attributes[Attr.SUMCHECK_DEGREE] == 2
-        # The layer's initial claim is round 0's p(0)+p(1); its limb a matches the
-        # producer's normalized approximation of that claim.
-        if r["round"] == 0:
-            assert span.attributes[Attr.CLAIM_INITIAL] == fields.canonical(expected)
-            assert math.isclose(expected[0] / P, starts[r["layer_idx"]]["claim_value_approx"],
-                                abs_tol=1e-6)
-        assert span.attributes[Attr.SUMCHECK_ROUNDS] == r["total_rounds"]
+        by_layer.setdefault(r["layer_idx"], []).append(r)
+    for layer_idx, layer_rounds in by_layer.items():
+        span = layer_span(spans, layer_idx)
+        events = [e for e in span.events if e.name == EventName.SUMCHECK_ROUND]
+        assert [e.attributes[Attr.SUMCHECK_ROUND] for e in events] == [
+            r["round"] for r in layer_rounds]
+        for i, (r, event) in enumerate(zip(layer_rounds, events, strict=True)):
+            c = r["poly_deg2"]
+            # evaluations at t = 0, 1, 2 of c0 + c1 t + c2 t^2, limb-wise mod p
+            evals = [tuple((c["c0"][k] + c["c1"][k] * t + c["c2"][k] * t * t) % P
+                           for k in "abcd") for t in range(3)]
+            assert [fields.parse_canonical(x)
+                    for x in event.attributes[Attr.SUMCHECK_POLY]] == evals
+            assert event.attributes[Attr.SUMCHECK_DEGREE] == 2
+            claim_before = tuple((a + b) % P for a, b in zip(evals[0], evals[1], strict=True))
+            if i == 0:
+                # The layer's initial claim is round 0's p(0)+p(1); its limb a matches
+                # the producer's normalized approximation of that claim.
+                assert span.attributes[Attr.CLAIM_INITIAL] == fields.canonical(claim_before)
+                assert math.isclose(claim_before[0] / P,
+                                    starts[layer_idx]["claim_value_approx"], abs_tol=1e-6)
+            else:  # the previous round's claim is the claim this round reduces
+                assert fields.parse_canonical(
+                    events[i - 1].attributes[Attr.CLAIM]) == claim_before
+            assert span.attributes[Attr.SUMCHECK_ROUNDS] == r["total_rounds"]
+        # the claim after the last round is not in the stream: absent, not invented
+        assert Attr.CLAIM not in events[-1].attributes
     invented = {r["claim_value_approx"] for _, r in rounds}
     for span in spans:
         for e in span.events:

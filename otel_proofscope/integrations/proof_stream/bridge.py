@@ -104,9 +104,10 @@ class StreamEvent:
     GPU_STATUS = "proofscope.stream.gpu_status"
 
 
-NOTE_CLAIM = ("proof.claim of proof.sumcheck.round is p(0)+p(1) of the round polynomial "
-              "(the claim the round reduces), derived exactly from the streamed "
-              "coefficients; the stream's claim_value_approx is not a field element")
+NOTE_CLAIM = ("proof.sumcheck.poly holds the round polynomial's evaluations at 0..d, "
+              "computed exactly from the streamed coefficients; proof.claim of round r is "
+              "the next round's p(0)+p(1) (the claim after round r), absent on the last "
+              "round; the stream's claim_value_approx is not a field element")
 NOTE_GPU_STATUS = ("from a proof-stream GpuStatus: the producer's 'utilization' is layer "
                    "progress and its 'free_memory_bytes' is the device's total memory; "
                    "neither is a GPU measurement")
@@ -114,6 +115,19 @@ NOTE_CIRCUIT = ("emitted when the stream reported the compiled circuit; this spa
                 "duration is not the compile time")
 
 _P = s.M31_P
+
+
+def evaluations(coefficients: Sequence[s.SecureFieldMirror]) -> list[tuple[int, ...]]:
+    """p(0), p(1), …, p(d) of ``c0 + c1·x + …`` over QM31, for small integer points.
+
+    Scaling a QM31 element by an integer is limb-wise, so this is exact.
+    """
+    limbs = [c.limbs() for c in coefficients]
+    out: list[tuple[int, ...]] = []
+    for t in range(len(limbs)):
+        out.append(tuple(sum(c[i] * t**k for k, c in enumerate(limbs)) % _P
+                         for i in range(4)))
+    return out
 
 
 def round_claim(coefficients: Sequence[s.SecureFieldMirror]) -> tuple[int, int, int, int]:
@@ -253,6 +267,9 @@ class StreamBridge:
 
     def _pop(self, *, unterminated: bool = False) -> None:
         entry = self._stack.pop()
+        pending = entry.extra.pop("pending_round", None)
+        if pending is not None:
+            self._record_round(pending, None)
         if unterminated:
             entry.span.set_attribute(StreamAttr.UNTERMINATED, True)
             if entry.kind == "proof":
@@ -408,8 +425,17 @@ class StreamBridge:
                 attrs[Attr.CLAIM_INITIAL] = fields.canonical(claim)
             top.span.set_attributes(attrs)
         top.rounds += 1
-        self.tracer.sumcheck_round(ev.round, [c.limbs() for c in coeffs], claim,
-                                   degree=len(coeffs) - 1)
+        # The claim after round r is only known when round r+1 arrives (its p(0)+p(1)),
+        # so each round is recorded one round late; the last one without a claim.
+        previous = top.extra.pop("pending_round", None)
+        if previous is not None:
+            self._record_round(previous, claim)
+        top.extra["pending_round"] = (ev.round, evaluations(coeffs), len(coeffs) - 1)
+
+    def _record_round(self, pending: tuple[int, list[tuple[int, ...]], int],
+                      claim: tuple[int, ...] | None) -> None:
+        round_index, evals, degree = pending
+        self.tracer.sumcheck_round(round_index, evals, claim, degree=degree)
 
     def _layer_end(self, ev: s.LayerEnd) -> None:
         entry = self._end("layer", "LayerEnd", ev.layer_idx)
