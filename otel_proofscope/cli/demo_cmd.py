@@ -86,6 +86,9 @@ def register(sub: Any) -> None:
     p.add_argument("--hold", metavar="SECONDS", type=_seconds, default=0.0,
                    help="keep the process and its endpoints up this long after the proof "
                         "(default 0)")
+    p.add_argument("--repeat", metavar="N", type=_positive_int, default=1,
+                   help="prove N times under one telemetry pipeline, e.g. to feed "
+                        "rate panels in Grafana (default 1)")
     p.add_argument("--witness", action=argparse.BooleanOptionalAction, default=True,
                    help="capture activation statistics / attention scores for the local "
                         "Rerun view (default on; never exported over OTLP unless "
@@ -101,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
                               backend=args.backend, rerun=args.rerun,
                               telemetry=args.telemetry, seed=args.seed,
                               prometheus_port=args.prometheus_port, hold_s=args.hold,
-                              witness=args.witness, progress=progress)
+                              repeat=args.repeat, witness=args.witness, progress=progress)
         try:
             result = run_demo(options)
         except BackendUnavailableError as exc:

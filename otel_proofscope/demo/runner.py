@@ -45,6 +45,8 @@ class DemoOptions:
     seed: int = 0
     prometheus_port: int | None = None
     hold_s: float = 0.0
+    #: Prove the same network this many times under one pipeline (feeds rate panels).
+    repeat: int = 1
     witness: bool = True
     progress: Progress | None = None
     set_global: bool = True
@@ -76,10 +78,12 @@ class DemoResult:
     events_exported: dict[str, int] = field(default_factory=dict)
     dropped: int = 0
     hw_id: str | None = None
+    #: Verification outcome of every proof when ``repeat`` > 1 (``prove`` is the last).
+    all_verified: list[bool] = field(default_factory=list)
 
     @property
     def verified(self) -> bool:
-        return self.prove.verified
+        return self.prove.verified and all(self.all_verified)
 
     def summary_lines(self) -> list[str]:
         p = self.prove
@@ -87,6 +91,11 @@ class DemoResult:
         o = self.options
         lines = [
             f"verified: {'yes' if p.verified else 'NO — ' + p.verify.reason}",
+        ]
+        if len(self.all_verified) > 1:
+            lines.append(f"proofs: {len(self.all_verified)}, "
+                         f"{sum(self.all_verified)} verified (figures below: the last)")
+        lines += [
             f"network: {net.name}, {len(net.layers)} layers, {net.rows}×{net.width} "
             f"activations, backend {o.backend}" + (f" ({self.hw_id})" if self.hw_id else ""),
             f"proof: {p.size:,} bytes, {len(p.proof.layers)} layer proofs, "
@@ -195,8 +204,13 @@ def run_demo(options: DemoOptions) -> DemoResult:
     try:
         # After configure(), so GPU dispatch metrics reach the same pipeline.
         matmul, hw_id = load_matmul(options.backend, telemetry.meter_provider)
-        result = prove(network, tracer=telemetry.tracer, backend=options.backend,
-                       matmul=matmul, hw_id=hw_id, progress=options.progress)
+        if options.backend != "cpu":
+            telemetry.start_gpu_sampler()  # NVML devices, if any; silent otherwise
+        outcomes: list[bool] = []
+        for _ in range(max(1, options.repeat)):
+            result = prove(network, tracer=telemetry.tracer, backend=options.backend,
+                           matmul=matmul, hw_id=hw_id, progress=options.progress)
+            outcomes.append(result.verified)
         if options.hold_s > 0:
             telemetry.force_flush()  # so files and scrapers see the proof while we hold
             _hold(options)
@@ -214,7 +228,7 @@ def run_demo(options: DemoOptions) -> DemoResult:
                       rerun_target=target, rerun_note=note, files=files,
                       telemetry_lines=report.lines(), spans_exported=report.spans_exported,
                       events_exported=report.events_exported, dropped=report.dropped,
-                      hw_id=hw_id)
+                      hw_id=hw_id, all_verified=outcomes)
 
 
 def _hold(options: DemoOptions) -> None:
