@@ -1,0 +1,156 @@
+"""OpenTelemetry exporters that draw proofs in Rerun, next to (not instead of) OTLP.
+
+Both are constructible without arguments (``OTEL_TRACES_EXPORTER=rerun`` /
+``OTEL_METRICS_EXPORTER=rerun`` entry points) and then read ``PROOFSCOPE_RERUN``
+(``spawn``, ``file:PATH.rrd``, ``rerun+http://HOST:PORT/proxy``, ``off``; default
+``file:proofscope.rrd``). A span and a metric exporter with the same target share one
+sink, so spans and metrics land in the same recording.
+
+``export()`` only enqueues: it never blocks the caller and never raises. It returns
+SUCCESS once the batch is queued *or its loss has been counted* in ``DROPS`` (sink
+``rerun``), so a wrapping processor must not count it a second time.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Sequence
+
+from opentelemetry.sdk.metrics.export import (
+    MetricExporter,
+    MetricExportResult,
+    MetricsData,
+)
+from opentelemetry.sdk.metrics.view import Aggregation
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+
+from otel_proofscope import instrumentation
+from otel_proofscope.pipeline.drops import DROPS
+from otel_proofscope.rerun import sink as sinks
+from otel_proofscope.rerun.sink import SINK, RerunSink, Target, parse_target
+from otel_proofscope.semconv import DropReason
+
+_log = logging.getLogger(__name__)
+
+ENV_WITNESS = "PROOFSCOPE_CAPTURE_WITNESS"
+ENV_QUEUE = "PROOFSCOPE_RERUN_QUEUE"
+ENV_TIMEOUT = "PROOFSCOPE_SHUTDOWN_TIMEOUT"
+
+
+def _env_float(name: str, default: float) -> float:
+    try:
+        value = float(os.environ.get(name, "") or default)
+    except ValueError:
+        _log.warning("%s is not a number; using %s", name, default)
+        return default
+    return value if value > 0 else default
+
+
+def _open(target: str | None, queue_size: int | None) -> tuple[Target, RerunSink | None]:
+    t = parse_target(target)
+    if t.kind == "off":
+        return t, None
+    size = queue_size or int(_env_float(ENV_QUEUE, sinks.DEFAULT_QUEUE))
+    return t, sinks.acquire(t, queue_size=size)
+
+
+class RerunSpanExporter(SpanExporter):
+    """Draws proof spans (and their events) in Rerun.
+
+    Args:
+        target: where to send; ``None`` reads ``PROOFSCOPE_RERUN``.
+        capture_witness: draw activation statistics and attention heatmaps (witness
+            data). ``None`` follows ``PROOFSCOPE_CAPTURE_WITNESS`` / the process's
+            capture switch (``configure(capture_witness=...)``).
+        queue_size: spans queued before new ones are dropped and counted
+            (``PROOFSCOPE_RERUN_QUEUE``, default 8192); only the first exporter of a
+            target sets it.
+        shutdown_timeout_s: bound on ``shutdown()`` (``PROOFSCOPE_SHUTDOWN_TIMEOUT``, 3 s).
+    """
+
+    def __init__(self, target: str | None = None, *, capture_witness: bool | None = None,
+                 queue_size: int | None = None, shutdown_timeout_s: float | None = None) -> None:
+        self.target, self.sink = _open(target, queue_size)
+        self._witness = capture_witness
+        self._timeout = shutdown_timeout_s or _env_float(ENV_TIMEOUT, 3.0)
+        self._closed = False
+
+    def _show_witness(self) -> bool:
+        if self._witness is not None:
+            return self._witness
+        raw = os.environ.get(ENV_WITNESS, "").strip().lower()
+        if raw:
+            return raw in ("1", "true", "yes", "on")
+        return instrumentation.capture_witness_enabled()
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        if self.sink is None:
+            return SpanExportResult.SUCCESS
+        if self._closed:
+            DROPS.record("spans", SINK, DropReason.SHUTDOWN, len(spans))
+            return SpanExportResult.FAILURE
+        try:
+            self.sink.submit_spans(spans, witness=self._show_witness())
+        except Exception as exc:  # never let the exporter raise into the SDK
+            DROPS.record("spans", SINK, DropReason.EXPORT_FAILED, len(spans))
+            _log.warning("rerun span export failed: %r", exc)
+        return SpanExportResult.SUCCESS
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        if self.sink is None or self._closed:
+            return True
+        return self.sink.flush(timeout_millis / 1000)
+
+    def shutdown(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self.sink is not None:
+            sinks.release(self.sink, self._timeout)
+
+
+class RerunMetricExporter(MetricExporter):
+    """Draws metric points (GPU, proof, self-telemetry) in Rerun.
+
+    Temporality and aggregation default to the SDK's (cumulative); the translation
+    differences cumulative points itself.
+    """
+
+    def __init__(self, target: str | None = None, *,
+                 preferred_temporality: dict[type, object] | None = None,
+                 preferred_aggregation: dict[type, Aggregation] | None = None,
+                 queue_size: int | None = None, shutdown_timeout_s: float | None = None) -> None:
+        super().__init__(preferred_temporality=preferred_temporality,  # type: ignore[arg-type]
+                         preferred_aggregation=preferred_aggregation)
+        self.target, self.sink = _open(target, queue_size)
+        self._timeout = shutdown_timeout_s or _env_float(ENV_TIMEOUT, 3.0)
+        self._closed = False
+
+    def export(self, metrics_data: MetricsData, timeout_millis: float = 10_000,
+               **kwargs: object) -> MetricExportResult:
+        if self.sink is None:
+            return MetricExportResult.SUCCESS
+        if self._closed:
+            DROPS.record("metric_points", SINK, DropReason.SHUTDOWN, sum(
+                len(m.data.data_points) for rm in metrics_data.resource_metrics
+                for sm in rm.scope_metrics for m in sm.metrics))
+            return MetricExportResult.FAILURE
+        try:
+            self.sink.submit_metrics(metrics_data)
+        except Exception as exc:
+            _log.warning("rerun metric export failed: %r", exc)
+        return MetricExportResult.SUCCESS
+
+    def force_flush(self, timeout_millis: float = 10_000) -> bool:
+        if self.sink is None or self._closed:
+            return True
+        return self.sink.flush(timeout_millis / 1000)
+
+    def shutdown(self, timeout_millis: float = 30_000, **kwargs: object) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self.sink is not None:
+            sinks.release(self.sink, min(self._timeout, timeout_millis / 1000))

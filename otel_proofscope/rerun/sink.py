@@ -1,0 +1,528 @@
+"""One Rerun recording per target: a bounded queue and a background sender thread.
+
+The exporters only enqueue (``submit_*`` never blocks and never calls Rerun); the
+sender thread translates and sends. Every item that does not reach Rerun is counted in
+:data:`~otel_proofscope.pipeline.drops.DROPS` under sink ``rerun``: queue full, viewer
+unavailable, shutdown deadline, or invalid input.
+
+Targets (``PROOFSCOPE_RERUN``): ``file:PATH.rrd`` (the default, ``file:proofscope.rrd``),
+``spawn`` (start a local viewer), ``rerun+http://HOST:PORT/proxy`` (a running viewer or
+``rerun --serve-grpc``), ``off``.
+
+A viewer that is absent or dies is detected with a TCP probe before connecting and
+every second while sending (the Rerun SDK would otherwise block ~5 s in
+``connect_grpc`` and then drop data silently): one warning, items counted as
+``sink_unavailable`` (including those sent since the last successful probe, whose
+delivery cannot be confirmed), and a reconnect attempt every few seconds.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import urlparse
+
+import rerun as rr
+from opentelemetry.sdk.metrics.export import MetricsData
+from opentelemetry.sdk.trace import ReadableSpan
+
+from otel_proofscope.pipeline.drops import DROPS, DropLedger
+from otel_proofscope.rerun import blueprint
+from otel_proofscope.rerun.columns import Frame, Send
+from otel_proofscope.rerun.model import GapTable, ProofRegistry
+from otel_proofscope.rerun.translate import Issues, SpanTranslator
+from otel_proofscope.rerun.translate_metrics import MetricIssues, MetricTranslator
+from otel_proofscope.semconv import DropReason
+
+_log = logging.getLogger(__name__)
+
+ENV_TARGET = "PROOFSCOPE_RERUN"
+DEFAULT_TARGET = "file:proofscope.rrd"
+DEFAULT_PORT = 9876
+APP_ID = "otel_proofscope"
+SINK = "rerun"
+#: Items (spans or metric points) queued before new ones are dropped and counted.
+DEFAULT_QUEUE = 8192
+#: Spans translated together (one frame, one send per entity).
+MAX_BATCH = 4096
+
+
+@dataclass(frozen=True)
+class Target:
+    kind: Literal["off", "file", "spawn", "grpc"]
+    path: str = ""
+    url: str = ""
+    host: str = ""
+    port: int = 0
+
+    @property
+    def name(self) -> str:
+        if self.kind == "file":
+            return f"file:{os.path.abspath(self.path)}"
+        if self.kind == "grpc":
+            return self.url
+        return self.kind
+
+
+def parse_target(text: str | None) -> Target:
+    """A target string (None: ``PROOFSCOPE_RERUN``, else the default ``.rrd`` file)."""
+    if text is None:
+        text = os.environ.get(ENV_TARGET, "").strip() or DEFAULT_TARGET
+    text = text.strip()
+    low = text.lower()
+    if low in ("off", "none", "false", "0", ""):
+        return Target("off")
+    if low == "spawn":
+        return Target("spawn", url=f"rerun+http://127.0.0.1:{DEFAULT_PORT}/proxy",
+                      host="127.0.0.1", port=DEFAULT_PORT)
+    if low.startswith("file:"):
+        path = text[5:]
+        if not path:
+            raise ValueError("rerun target 'file:' needs a path, e.g. file:proofscope.rrd")
+        return Target("file", path=path)
+    url = text
+    if "://" not in url:  # bare host:port, as the proof-stream seed accepts
+        url = f"rerun+http://{url}/proxy"
+    parsed = urlparse(url)
+    if not parsed.scheme.startswith("rerun") or not parsed.hostname:
+        raise ValueError(f"unrecognised rerun target {text!r}: expected 'spawn', "
+                         "'file:PATH.rrd', 'rerun+http://HOST:PORT/proxy' or 'off'")
+    try:
+        port = parsed.port or DEFAULT_PORT
+    except ValueError:
+        raise ValueError(f"rerun target {text!r}: bad port") from None
+    return Target("grpc", url=url, host=parsed.hostname, port=port)
+
+
+def probe(host: str, port: int, timeout_s: float = 0.5) -> bool:
+    """Whether something accepts TCP connections at host:port."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s):
+            return True
+    except OSError:
+        return False
+
+
+@dataclass
+class SinkStats:
+    spans_received: int = 0
+    spans_translated: int = 0
+    metric_points_received: int = 0
+    batches: int = 0
+    rerun_calls: int = 0
+    rows: int = 0
+    foreign_skipped: int = 0
+    coerced: int = 0
+    translate_errors: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _Item:
+    kind: Literal["spans", "metrics", "flush", "stop"]
+    payload: Any = None
+    n: int = 0
+    events: int = 0
+    witness: bool = False
+    done: threading.Event | None = None
+
+
+class RerunSink:
+    """Translates and sends to one target on a background thread."""
+
+    def __init__(self, target: Target, *, queue_size: int = DEFAULT_QUEUE,
+                 probe_interval_s: float = 1.0, retry_interval_s: float = 5.0,
+                 connect_timeout_s: float = 5.0, ledger: DropLedger = DROPS) -> None:
+        if queue_size < 1:
+            raise ValueError("queue_size must be >= 1")
+        self.target = target
+        self.stats = SinkStats()
+        self._capacity = queue_size
+        self._probe_interval = probe_interval_s
+        self._retry_interval = retry_interval_s
+        self._connect_timeout = connect_timeout_s
+        self._ledger = ledger
+        self._queue: collections.deque[_Item] = collections.deque()
+        self._queued = 0
+        self._cond = threading.Condition(threading.Lock())
+        self._thread: threading.Thread | None = None
+        self._closed = False
+        self._abandoned = False
+        self._in_flight: list[_Item] = []
+        gaps = GapTable()
+        self.spans = SpanTranslator(ProofRegistry(), gaps)
+        self.metrics = MetricTranslator(gaps)
+        self._gap_overflow = 0
+        self._rec: rr.RecordingStream | None = None
+        self._available: bool | None = None
+        self._next_retry = 0.0
+        self._last_probe = 0.0
+        self._unconfirmed: list[_Item] = []
+        self._warned_unavailable = False
+        self._warned_translate = False
+        self._shutdown_timeout = 3.0
+
+    # ── producer side (exporter threads): never blocks, never calls Rerun ────────────
+
+    def submit_spans(self, spans: Sequence[ReadableSpan], *, witness: bool = False) -> int:
+        """Queue ``spans``; returns how many were accepted (the rest are counted)."""
+        if not spans:
+            return 0
+        with self._cond:
+            if self._closed:
+                accepted = 0
+            else:
+                accepted = min(len(spans), self._capacity - self._queued)
+                if accepted > 0:
+                    batch = list(spans[:accepted])
+                    self._queue.append(_Item("spans", batch, accepted,
+                                             sum(len(s.events) for s in batch), witness))
+                    self._queued += accepted
+                    self._cond.notify()
+            closed = self._closed
+        if accepted < len(spans):
+            lost = spans[accepted:]
+            self._lose_spans(len(lost), sum(len(s.events) for s in lost),
+                             DropReason.SHUTDOWN if closed else DropReason.QUEUE_FULL)
+        if accepted:
+            self._start()
+        return accepted
+
+    def submit_metrics(self, data: MetricsData) -> bool:
+        n = sum(len(m.data.data_points) for rm in data.resource_metrics
+                for sm in rm.scope_metrics for m in sm.metrics)
+        if n == 0:
+            return True
+        with self._cond:
+            ok = not self._closed and self._queued + n <= self._capacity
+            if ok:
+                self._queue.append(_Item("metrics", data, n))
+                self._queued += n
+                self._cond.notify()
+            closed = self._closed
+        if not ok:
+            self._ledger.record("metric_points", SINK, DropReason.SHUTDOWN if closed
+                                else DropReason.QUEUE_FULL, n)
+            return False
+        self._start()
+        return True
+
+    def flush(self, timeout_s: float) -> bool:
+        """Wait (at most ``timeout_s``) until everything queued so far reached Rerun."""
+        with self._cond:
+            if self._closed:
+                return not self._queue
+            if self._thread is None and not self._queue:
+                return True
+            done = threading.Event()
+            self._queue.append(_Item("flush", timeout_s, done=done))
+            self._cond.notify()
+        self._start()
+        return done.wait(max(timeout_s, 0.0))
+
+    def close(self, timeout_s: float) -> None:
+        """Send what is queued within ``timeout_s``, then close the recording."""
+        deadline = time.monotonic() + max(timeout_s, 0.0)
+        with self._cond:
+            if self._closed:
+                return
+            self._closed = True
+            self._shutdown_timeout = max(timeout_s, 0.0)
+            self._queue.append(_Item("stop", deadline))
+            self._cond.notify()
+            thread = self._thread
+        if thread is not None:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        with self._cond:
+            stuck = thread is not None and thread.is_alive()
+            lost = [i for i in self._queue if i.kind in ("spans", "metrics")]
+            self._queue.clear()
+            if stuck:
+                lost += self._in_flight
+                self._abandoned = True
+                # Let the worker exit once Rerun returns from its current call.
+                self._queue.append(_Item("stop", time.monotonic()))
+                self._cond.notify()
+            self._queued = 0
+        for item in lost:
+            self._lose_item(item, DropReason.SHUTDOWN)
+        if lost:
+            _log.warning("rerun: %d item(s) not sent before the %.1f s shutdown deadline",
+                         sum(i.n for i in lost), timeout_s)
+        if thread is None:
+            self._disconnect(deadline)
+
+    # ── accounting ───────────────────────────────────────────────────────────────────
+
+    def _lose_spans(self, spans: int, events: int, reason: DropReason) -> None:
+        self._ledger.record("spans", SINK, reason, spans)
+        self._ledger.record("span_events", SINK, reason, events)
+
+    def _lose_item(self, item: _Item, reason: DropReason) -> None:
+        if item.kind == "spans":
+            self._lose_spans(item.n, item.events, reason)
+        elif item.kind == "metrics":
+            self._ledger.record("metric_points", SINK, reason, item.n)
+
+    def _record_issues(self, issues: Issues | MetricIssues) -> None:
+        r = self._ledger.record
+        if isinstance(issues, Issues):
+            r("spans", SINK, DropReason.INVALID, issues.malformed_spans)
+            r("span_events", SINK, DropReason.INVALID,
+              issues.invalid_events + issues.rejected_heatmaps)
+            self.stats.spans_translated += issues.spans + issues.foreign_drawn
+            self.stats.foreign_skipped += issues.foreign_skipped
+            self.stats.coerced += issues.coerced
+            if issues.errors:
+                self.stats.translate_errors = (self.stats.translate_errors + issues.errors)[-10:]
+                if not self._warned_translate:
+                    self._warned_translate = True
+                    _log.warning("rerun: could not translate some spans (counted as invalid): "
+                                 "%s", issues.errors[0])
+        else:
+            r("metric_points", SINK, DropReason.INVALID, issues.skipped)
+        for what, n in issues.capped.items():
+            r(what, SINK, DropReason.SIZE_CAP, n)
+        overflow = self.spans.gaps.overflow
+        if overflow > self._gap_overflow:
+            r("capability_gaps", SINK, DropReason.SIZE_CAP, overflow - self._gap_overflow)
+            self._gap_overflow = overflow
+
+    # ── sender thread ────────────────────────────────────────────────────────────────
+
+    def _start(self) -> None:
+        if self._thread is not None:
+            return
+        with self._cond:
+            if self._thread is None and not self._closed:
+                self._thread = threading.Thread(target=self._run, daemon=True,
+                                                name=f"proofscope-rerun-{self.target.kind}")
+                self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._queue:
+                    self._cond.wait()
+                first = self._queue.popleft()
+                items = [first]
+                if first.kind == "spans":  # coalesce queued span batches into one frame
+                    n = first.n
+                    while self._queue and self._queue[0].kind == "spans" and n < MAX_BATCH \
+                            and self._queue[0].witness == first.witness:
+                        nxt = self._queue.popleft()
+                        items.append(nxt)
+                        n += nxt.n
+                self._queued -= sum(i.n for i in items)
+                self._in_flight = items
+            try:
+                if first.kind == "stop":
+                    self._disconnect(first.payload)
+                    return
+                if first.kind == "flush":
+                    self._flush_rec(first.payload)
+                    assert first.done is not None
+                    first.done.set()
+                    continue
+                self._process(items)
+            except Exception as exc:  # the sender must survive anything
+                _log.warning("rerun: sender error (items counted as export_failed): %r", exc)
+                for item in items:
+                    self._lose_item(item, DropReason.EXPORT_FAILED)
+            finally:
+                with self._cond:
+                    self._in_flight = []
+
+    def _process(self, items: list[_Item]) -> None:
+        frame = Frame()
+        if items[0].kind == "spans":
+            spans = [s for i in items for s in i.payload]
+            self.stats.spans_received += len(spans)
+            issues: Issues | MetricIssues = self.spans.translate(spans, frame,
+                                                                 witness=items[0].witness)
+        else:
+            self.stats.metric_points_received += items[0].n
+            issues = self.metrics.translate(items[0].payload, frame)
+        self._record_issues(issues)
+        if not self._ensure_open():
+            for item in items:
+                self._lose_item(item, DropReason.SINK_UNAVAILABLE)
+            return
+        if self._abandoned:
+            return  # close() gave up on us and counted these
+        self._send(frame.sends())
+        self.stats.batches += 1
+        if self.target.kind in ("grpc", "spawn"):
+            self._unconfirmed += items
+            self._check_alive()
+
+    def _send(self, sends: list[Send]) -> None:
+        rec = self._rec
+        assert rec is not None
+        for s in sends:
+            if s.static is not None:
+                rec.log(s.path, s.static, static=True)
+            else:
+                rec.send_columns(s.path, indexes=s.indexes, columns=s.columns)
+            self.stats.rows += s.rows
+        self.stats.rerun_calls += len(sends)
+
+    # ── connection management (sender thread only) ───────────────────────────────────
+
+    def _ensure_open(self) -> bool:
+        if self._available:
+            return True
+        now = time.monotonic()
+        if self._available is False and now < self._next_retry:
+            return False
+        t = self.target
+        try:
+            if t.kind == "file":
+                reason = self._open_file()
+            elif t.kind == "spawn":
+                reason = self._open_viewer(spawn=self._rec is None)
+            elif t.kind == "grpc":
+                reason = self._open_viewer(spawn=False)
+            else:
+                reason = "target is off"
+        except Exception as exc:
+            reason = repr(exc)
+        if reason is None:
+            if self._warned_unavailable:
+                _log.warning("rerun: viewer at %s is back; sending again", t.name)
+            self._warned_unavailable = False
+            self._available = True
+            self._last_probe = time.monotonic()
+            return True
+        self._unavailable(reason)
+        return False
+
+    def _unavailable(self, reason: str) -> None:
+        self._available = False
+        # A file that cannot be written will not become writable; a viewer may come back.
+        self._next_retry = time.monotonic() + (
+            float("inf") if self.target.kind == "file" else self._retry_interval)
+        if not self._warned_unavailable:
+            self._warned_unavailable = True
+            _log.warning("rerun: %s unavailable (%s); Rerun telemetry is dropped and counted "
+                         "in proofscope.dropped, OTLP export is unaffected", self.target.name,
+                         reason)
+
+    def _recording(self) -> rr.RecordingStream:
+        if self._rec is None:
+            rec = rr.RecordingStream(APP_ID, recording_id=str(uuid.uuid4()))
+            # The seed's layout is y-up (kind offsets and round bars point up).
+            rec.log("/", rr.ViewCoordinates.RIGHT_HAND_Y_UP, static=True)
+            self._rec = rec
+        return self._rec
+
+    def _open_file(self) -> str | None:
+        path = Path(self.target.path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "ab"):  # fail here, clearly, if it cannot be written
+            pass
+        self._recording().save(path, default_blueprint=blueprint.build())
+        return None
+
+    def _open_viewer(self, *, spawn: bool) -> str | None:
+        t = self.target
+        if not probe(t.host, t.port):
+            if not spawn:
+                return f"nothing listens on {t.host}:{t.port}"
+            rr.spawn(port=t.port, connect=False, hide_welcome_screen=True,
+                     recording=self._recording())
+            deadline = time.monotonic() + self._connect_timeout
+            while not probe(t.host, t.port):
+                if time.monotonic() > deadline:
+                    return f"the spawned viewer did not listen on port {t.port} within " \
+                           f"{self._connect_timeout:.0f} s"
+                time.sleep(0.1)
+        self._recording().connect_grpc(t.url, default_blueprint=blueprint.build())
+        return None
+
+    def _check_alive(self) -> None:
+        now = time.monotonic()
+        if now - self._last_probe < self._probe_interval:
+            return
+        self._last_probe = now
+        if probe(self.target.host, self.target.port):
+            self._unconfirmed = []
+            return
+        lost, self._unconfirmed = self._unconfirmed, []
+        for item in lost:
+            self._lose_item(item, DropReason.SINK_UNAVAILABLE)
+        self._unavailable("the viewer stopped accepting connections")
+
+    def _flush_rec(self, timeout_s: float) -> None:
+        if self._rec is not None and self._available:
+            self._rec.flush(timeout_sec=max(timeout_s, 0.001))
+            if self.target.kind in ("grpc", "spawn"):
+                self._last_probe = 0.0
+                self._check_alive()
+
+    def _disconnect(self, deadline: float) -> None:
+        rec, self._rec = self._rec, None
+        if rec is None:
+            return
+        try:
+            if self._available:
+                rec.flush(timeout_sec=max(deadline - time.monotonic(), 0.001))
+                if self.target.kind in ("grpc", "spawn"):
+                    self._last_probe = 0.0
+                    self._check_alive()
+            rec.disconnect()
+        except Exception as exc:
+            _log.debug("rerun: disconnect raised %r", exc)
+
+
+# ── one sink per target, shared by the span and metric exporters ─────────────────────
+
+_lock = threading.Lock()
+_sinks: dict[str, tuple[RerunSink, int]] = {}
+
+
+def acquire(target: Target, **kwargs: Any) -> RerunSink:
+    """The sink for ``target`` (created on first use; reference counted)."""
+    with _lock:
+        entry = _sinks.get(target.name)
+        if entry is None:
+            sink = RerunSink(target, **kwargs)
+            _sinks[target.name] = (sink, 1)
+            return sink
+        _sinks[target.name] = (entry[0], entry[1] + 1)
+        return entry[0]
+
+
+def release(sink: RerunSink, timeout_s: float) -> None:
+    """Drop one reference: the last one closes the sink, earlier ones only flush."""
+    with _lock:
+        entry = _sinks.get(sink.target.name)
+        last = True
+        if entry is not None and entry[0] is sink:
+            if entry[1] > 1:
+                _sinks[sink.target.name] = (sink, entry[1] - 1)
+                last = False
+            else:
+                del _sinks[sink.target.name]
+    if last:
+        sink.close(timeout_s)
+    else:
+        sink.flush(timeout_s)
+
+
+def _forget_in_child() -> None:
+    # A forked child must not write to its parent's recording or wait on its thread.
+    global _lock
+    _lock = threading.Lock()
+    _sinks.clear()
+
+
+os.register_at_fork(after_in_child=_forget_in_child)

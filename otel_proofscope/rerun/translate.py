@@ -1,0 +1,790 @@
+"""Finished proof spans → Rerun rows (no I/O).
+
+Entity paths keep the seed's names where they fit. Per-proof entities carry the proof
+(the first 8 hex digits of its trace id, ``{p}``) right after the seed's group, so
+concurrent proofs never overwrite each other and one blueprint filter
+(``gkr/claim/**``) still selects a quantity for all of them::
+
+    circuit/{p}/{nodes,edges,backbone}            DAG, coloured by layer kind
+    gkr/walk/{p}/cursor                           the layer being proved
+    gkr/walk/{nodes,rounds,progress_trail}        every proof's layers, round bars, trail
+    gkr/claim/{p}  gkr/remaining/{p}  gkr/round_ms/{p}
+    proof/progress/{p}  proof/binding_ms/{p}  proof/layer_seconds/{p}/{kind}
+    inference/stats/{p}/{mean,std_dev,min,max,sparsity}  (witness data, opt-in)
+    inference/{p}/layer_{i}/{output,attn_head_{h}}       (witness data, opt-in)
+    logs/{proof,gkr,weights,stark,gpu}/{p}
+
+``gkr/walk/{nodes,rounds,progress_trail}`` are *accumulating* entities: one row per
+event (a layer starting, a round finishing, a trail segment closing), which the
+blueprint shows with a visible time range from the start to the time cursor. The seed
+used an entity per layer and per round (one Rerun call each); here a whole batch is one
+call per entity. Each proof's helix is offset (``layout.proof_offset``), baked into the
+positions.
+
+Every row is stamped with the span / event timestamp on the ``proof_time`` timeline,
+plus ``layer`` and ``sumcheck_round`` where they apply.
+
+What is plotted is what the telemetry says, nothing invented:
+
+* a sumcheck round's bar height is the round's wall time (log scale) and its colour the
+  fraction of the layer's hypercube variables still unbound (blue → red);
+* ``gkr/remaining`` is that fraction; ``gkr/claim`` is a *fingerprint* of the claim
+  (first limb mod 2³¹−1, divided by 2³¹−1) — a field element has no magnitude, so the
+  series is drawn as unconnected points and labelled as a fingerprint.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import rerun as rr
+from opentelemetry.sdk.trace import Event, ReadableSpan
+from opentelemetry.trace import StatusCode
+
+from otel_proofscope import fields
+from otel_proofscope.rerun import layout
+from otel_proofscope.rerun.columns import Frame, Node
+from otel_proofscope.rerun.model import (
+    Gap,
+    GapTable,
+    LayerSummary,
+    ProofModel,
+    ProofRegistry,
+    kind_seconds_rows,
+    progress_rows,
+)
+from otel_proofscope.semconv import Attr, EventName, LayerKind, SpanName
+
+M31 = (1 << 31) - 1
+
+#: Shared, accumulating walk entities (the blueprint gives them a visible time range).
+NODES = "gkr/walk/nodes"
+ROUNDS = "gkr/walk/rounds"
+TRAIL = "gkr/walk/progress_trail"
+ACCUMULATING = (NODES, ROUNDS, TRAIL)
+
+#: Caps that keep a hostile or buggy span from exhausting memory (excess is counted).
+MAX_LAYER_INDEX = 1 << 20
+MAX_CIRCUIT_NODES = 1 << 16
+MAX_CIRCUIT_EDGES = 1 << 17
+MAX_ACTIVATION_SAMPLE = 1024
+MAX_ATTENTION_SIDE = 64
+MAX_TEXT = 500
+
+# proof.log events (proof-stream bridge, EZKL log bridge); not yet in semconv.Attr.
+_LOG_LEVEL = "proof.log.level"
+_LOG_MESSAGE = "proof.log.message"
+_LOG_LEVELS = {"Trace": "TRACE", "Debug": "DEBUG", "Info": "INFO", "Warn": "WARN",
+               "Error": "ERROR"}
+
+_KINDS = frozenset(k.value for k in LayerKind)
+_OURS = frozenset({SpanName.PROOF, SpanName.CIRCUIT_COMPILE, SpanName.LAYER,
+                   SpanName.WEIGHT_OPENING, SpanName.AGGREGATED_BINDING, SpanName.STARK,
+                   SpanName.VERIFY})
+_GPU_EVENTS = frozenset({EventName.GPU_ADAPTER_ACQUIRED, EventName.GPU_CAPABILITY_UNSUPPORTED,
+                         EventName.GPU_FAULT, EventName.GPU_RETRY, EventName.GPU_RECOVERY})
+_STATS = (Attr.ACTIVATION_MEAN, Attr.ACTIVATION_STD_DEV, Attr.ACTIVATION_MIN,
+          Attr.ACTIVATION_MAX, Attr.ACTIVATION_SPARSITY)
+
+
+@dataclass
+class Issues:
+    """What a batch could not draw as given (the sink counts these in DROPS)."""
+
+    spans: int = 0  # translated
+    malformed_spans: int = 0  # ours but unusable: skipped
+    foreign_drawn: int = 0  # not ours, drawn as a log line of their proof
+    foreign_skipped: int = 0  # not ours and in no known proof
+    invalid_events: int = 0  # unusable events: skipped
+    rejected_heatmaps: int = 0  # wrong shape: skipped
+    coerced: int = 0  # bad optional values ignored, unknown kinds drawn as Unknown
+    capped: dict[str, int] = field(default_factory=dict)  # item kind → count beyond a cap
+    errors: list[str] = field(default_factory=list)  # first few translation errors
+
+    def cap(self, what: str, n: int) -> None:
+        if n > 0:
+            self.capped[what] = self.capped.get(what, 0) + n
+
+
+# ── attribute access that never raises ──────────────────────────────────────────────
+
+
+def _int(attrs: Mapping[str, Any], key: str) -> int | None:
+    v = attrs.get(key)
+    return v if type(v) is int and v >= 0 else None
+
+
+def _str(attrs: Mapping[str, Any], key: str) -> str | None:
+    v = attrs.get(key)
+    return v if isinstance(v, str) else None
+
+
+def _num(attrs: Mapping[str, Any], key: str) -> float | None:
+    v = attrs.get(key)
+    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) \
+        and math.isfinite(v) else None
+
+
+def _seq(attrs: Mapping[str, Any], key: str) -> Sequence[Any]:
+    v = attrs.get(key)
+    return v if isinstance(v, Sequence) and not isinstance(v, str | bytes) else ()
+
+
+def _text(value: object) -> str:
+    s = str(value)
+    return s if len(s) <= MAX_TEXT else s[:MAX_TEXT] + "…"
+
+
+def _short(element: str | None) -> str:
+    if element is None:
+        return "?"
+    return element if len(element) <= 24 else element[:21] + "…"
+
+
+def _times(span: ReadableSpan) -> tuple[int, int]:
+    start = span.start_time if isinstance(span.start_time, int) else 0
+    end = span.end_time if isinstance(span.end_time, int) else start
+    return start, max(end, start)
+
+
+def _ms(start: int, end: int) -> str:
+    return f"{(end - start) / 1e6:.1f} ms"
+
+
+def claim_fingerprint(claim: str) -> float | None:
+    """First limb of a canonical field element, mod 2³¹−1, over 2³¹−1 (not a magnitude)."""
+    if claim.startswith("("):
+        comma = claim.find(",")
+        head = claim[1:comma] if comma > 0 else claim[1:-1]
+    else:
+        head = claim
+    try:
+        limb = int(head)
+    except ValueError:
+        try:
+            value = fields.parse_canonical(claim)
+        except ValueError:
+            return None
+        limb = value[0] if isinstance(value, tuple) else value
+    return (limb % M31) / M31
+
+
+def _plain(attrs: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    """The plain dict behind the SDK's BoundedAttributes (its Mapping.get is ~6x slower)."""
+    if attrs is None:
+        return {}
+    inner = getattr(attrs, "_dict", None)
+    return inner if isinstance(inner, dict) else attrs
+
+
+def _event_time(ev: Event, default: int) -> int:
+    t = ev.timestamp
+    return t if isinstance(t, int) and t > 0 else default
+
+
+class _Rounds:
+    """Sumcheck rounds and trail segments of one proof in one batch, drawn vectorised.
+
+    Per event only (time, round, claim fingerprint) is appended; everything that is
+    per layer (index, start, round count, node position) is stored once per block.
+    """
+
+    __slots__ = ("blocks", "claim", "rnd", "t", "trail")
+
+    def __init__(self) -> None:
+        self.t: list[int] = []
+        self.rnd: list[int] = []
+        self.claim: list[float] = []
+        # (layer index, first event, events, layer start, declared rounds, bar slots, node)
+        self.blocks: list[tuple[int, int, int, int, int, int, layout.Vec3]] = []
+        # (time, layer index, from, to)
+        self.trail: list[tuple[int, int, layout.Vec3, layout.Vec3]] = []
+
+
+# ── the translator ───────────────────────────────────────────────────────────────────
+
+
+class SpanTranslator:
+    """Turns batches of finished spans into rows of a :class:`Frame`.
+
+    Deterministic and free of I/O; it keeps the per-proof state that derived series
+    need (:class:`ProofRegistry`) and the capability-gap table shared with metrics.
+    """
+
+    def __init__(self, proofs: ProofRegistry | None = None, gaps: GapTable | None = None) -> None:
+        self.proofs = proofs if proofs is not None else ProofRegistry()
+        self.gaps = gaps if gaps is not None else GapTable()
+
+    def translate(self, spans: Sequence[ReadableSpan], frame: Frame, *,
+                  witness: bool = False) -> Issues:
+        issues = Issues()
+        ours: list[ReadableSpan] = []
+        foreign: list[ReadableSpan] = []
+        for span in spans:
+            (ours if getattr(span, "name", None) in _OURS else foreign).append(span)
+        # Deterministic row order whatever the arrival order within a batch.
+        ours.sort(key=lambda s: (_times(s), s.name))
+        touched: dict[int, ProofModel] = {}
+        rounds: dict[int, _Rounds] = {}
+        for span in ours:
+            ctx = span.context
+            if ctx is None or not ctx.trace_id:
+                issues.malformed_spans += 1
+                continue
+            model = self.proofs.get(ctx.trace_id)
+            touched[ctx.trace_id] = model
+            try:
+                self._place(model, frame)
+                acc = rounds.get(ctx.trace_id)
+                if acc is None:
+                    acc = rounds[ctx.trace_id] = _Rounds()
+                if self._span(span, model, frame, issues, witness, acc):
+                    issues.spans += 1
+                else:
+                    issues.malformed_spans += 1
+            except Exception as exc:  # a hostile span must never kill the exporter
+                issues.malformed_spans += 1
+                if len(issues.errors) < 5:
+                    issues.errors.append(f"{span.name}: {exc!r}")
+        for span in foreign:
+            ctx = getattr(span, "context", None)
+            trace_id = ctx.trace_id if ctx is not None else 0
+            if not trace_id or not self.proofs.known(trace_id):
+                issues.foreign_skipped += 1
+                continue
+            model = self.proofs.get(trace_id)
+            try:
+                self._foreign(span, model, frame, issues)
+                issues.foreign_drawn += 1
+            except Exception as exc:
+                issues.malformed_spans += 1
+                if len(issues.errors) < 5:
+                    issues.errors.append(f"{getattr(span, 'name', '?')}: {exc!r}")
+        for trace_id, acc in rounds.items():
+            self._emit_rounds(touched[trace_id], acc, frame, issues)
+        for model in touched.values():
+            self._derived(model, frame)
+        return issues
+
+    # ── per proof ────────────────────────────────────────────────────────────────────
+
+    def _place(self, model: ProofModel, frame: Frame) -> None:
+        """Static per-proof series styles, once."""
+        if model.placed:
+            return
+        model.placed = True
+        p = model.key
+        frame.static(f"gkr/claim/{p}", rr.SeriesPoints(
+            names=[f"claim fingerprint {p}: limb0 mod (2^31-1) / (2^31-1), not a magnitude"]))
+        frame.static(f"gkr/remaining/{p}", rr.SeriesLines(
+            names=[f"sumcheck variables left (fraction) {p}"]))
+        frame.static(f"gkr/round_ms/{p}", rr.SeriesPoints(names=[f"round wall time ms {p}"]))
+        frame.static(f"proof/progress/{p}", rr.SeriesLines(names=[f"layers done (fraction) {p}"],
+                                                           colors=[0x00E676FF]))
+        frame.static(f"proof/binding_ms/{p}", rr.SeriesPoints(
+            names=[f"aggregated binding ms {p}"]))
+
+    def _derived(self, model: ProofModel, frame: Frame) -> None:
+        total = model.total_layers()
+        if model.sent.get("_total") != {0: total}:
+            model.sent["_total"] = {0: total}
+            model.dirty_from = 0  # the denominator changed: every progress row may differ
+        if model.dirty_from is None:
+            return
+        p = model.key
+        for t, value in model.diff("progress", list(progress_rows(model))):
+            frame.scalar(f"proof/progress/{p}", t, float(value))  # type: ignore[arg-type]
+        for kind, rows in kind_seconds_rows(model).items():
+            # x = layer index over the whole proof (every kind shares one axis); the
+            # layer count is part of each row, so a grown proof re-sends its rows.
+            for t, bars in model.diff(f"seconds/{kind}", [(t, (total, b)) for t, b in rows]):
+                values = np.zeros(total, dtype=np.float32)
+                for i, secs in bars[1]:  # type: ignore[index]
+                    if i < total:
+                        values[i] = secs
+                frame.bar_chart(f"proof/layer_seconds/{p}/{kind}", t, values,
+                                colour=layout.kind_rgba(kind))
+        model.dirty_from = None
+
+    def _emit_rounds(self, model: ProofModel, acc: _Rounds, frame: Frame,
+                     issues: Issues) -> None:
+        if acc.trail:
+            tt, tl, ta, tb = zip(*acc.trail, strict=True)
+            frame.segments(TRAIL, np.asarray(tt, dtype=np.int64), np.asarray(ta), np.asarray(tb),
+                           np.full(len(tt), layout.TRAIL, np.uint32), radius=0.07,
+                           layer=np.asarray(tl, dtype=np.int64))
+        if not acc.t:
+            return
+        p = model.key
+        t = np.asarray(acc.t, dtype=np.int64)
+        rnd = np.asarray(acc.rnd, dtype=np.int64)
+        claim = np.asarray(acc.claim, dtype=np.float64)
+        blocks = acc.blocks
+        counts = np.asarray([b[2] for b in blocks], dtype=np.int64)
+        firsts = np.asarray([b[1] for b in blocks], dtype=np.int64)
+        layer = np.repeat(np.asarray([b[0] for b in blocks], dtype=np.int64), counts)
+        total = np.repeat(np.asarray([b[4] for b in blocks], dtype=np.int64), counts)
+        slots = np.repeat(np.asarray([b[5] for b in blocks], dtype=np.int64), counts)
+        nodes = np.repeat(np.asarray([b[6] for b in blocks], dtype=np.float64), counts, axis=0)
+        # Each round's wall time: since the previous round, or the layer's start.
+        prev = np.empty_like(t)
+        prev[1:] = t[:-1]
+        prev[firsts] = np.asarray([b[3] for b in blocks], dtype=np.int64)
+        dt = np.maximum(t - prev, 0).astype(np.float64)
+        remaining = total - rnd - 1
+        frame.scalars(f"gkr/round_ms/{p}", t, dt / 1e6, layer=layer, rnd=rnd)
+        known = (total > 0) & (remaining >= 0)
+        frame.scalars(f"gkr/remaining/{p}", t[known], remaining[known] / total[known],
+                      layer=layer[known], rnd=rnd[known])
+        fp = ~np.isnan(claim)
+        frame.scalars(f"gkr/claim/{p}", t[fp], claim[fp], layer=layer[fp], rnd=rnd[fp])
+        bar = rnd < layout.MAX_BARS
+        issues.cap("round_bars", int((~bar).sum()))
+        if not bar.any():
+            return
+        centres, half = layout.round_bars(nodes[bar], rnd[bar], slots[bar],
+                                          layout.bar_heights(dt[bar] / 1e9))
+        shown_total = np.where(total[bar] > 0, total[bar], slots[bar])
+        shown_left = np.where(total[bar] > 0, remaining[bar], slots[bar] - rnd[bar] - 1)
+        frame.boxes(ROUNDS, t[bar], centres, half,
+                    layout.remaining_colours(shown_left, shown_total),
+                    layer=layer[bar], rnd=rnd[bar])
+
+    # ── spans ────────────────────────────────────────────────────────────────────────
+
+    def _span(self, span: ReadableSpan, model: ProofModel, frame: Frame, issues: Issues,
+              witness: bool, rounds: _Rounds) -> bool:
+        name = span.name
+        if name == SpanName.LAYER:
+            if not self._layer(span, model, frame, issues, witness, rounds):
+                return False
+            area = "gkr"
+        elif name == SpanName.PROOF:
+            self._proof(span, model, frame)
+            area = "proof"
+        elif name == SpanName.CIRCUIT_COMPILE:
+            self._circuit(span, model, frame, issues)
+            area = "proof"
+        elif name == SpanName.WEIGHT_OPENING:
+            self._weight_opening(span, model, frame)
+            area = "weights"
+        elif name == SpanName.AGGREGATED_BINDING:
+            self._binding(span, model, frame)
+            area = "proof"
+        elif name == SpanName.STARK:
+            self._stark(span, model, frame)
+            area = "stark"
+        else:  # SpanName.VERIFY
+            self._verify(span, model, frame)
+            area = "proof"
+        self._common_events(span, model, frame, issues, area)
+        return True
+
+    def _proof(self, span: ReadableSpan, model: ProofModel, frame: Frame) -> None:
+        a = span.attributes or {}
+        start, end = _times(span)
+        model.start, model.end = start, end
+        declared = _int(a, Attr.PROOF_LAYERS)
+        if declared is not None and declared <= MAX_LAYER_INDEX:
+            model.declared_layers = declared
+        model.touch(start)
+        p = model.key
+        parts = [f"system={_str(a, Attr.PROOF_SYSTEM) or '?'}",
+                 f"backend={_str(a, Attr.PROOF_BACKEND) or '?'}"]
+        for key, label in ((Attr.PROOF_MODEL_NAME, "model"), (Attr.PROOF_LAYERS, "layers"),
+                           (Attr.PROOF_INPUT_SHAPE, "input"), (Attr.PROOF_OUTPUT_SHAPE, "output")):
+            if key in a:
+                parts.append(f"{label}={_fmt(a[key])}")
+        frame.text(f"logs/proof/{p}", start, _text(f"proof {p} started: " + " ".join(parts)))
+        verified = a.get(Attr.PROOF_VERIFIED)
+        failed = span.status.status_code is StatusCode.ERROR or verified is False
+        done = [f"{k.split('.')[-1]}={_fmt(a[k])}" for k in
+                (Attr.PROOF_LAYER_PROOFS, Attr.PROOF_WEIGHT_OPENINGS, Attr.PROOF_SIZE,
+                 Attr.PROOF_VERIFIED) if k in a]
+        status = f" — {span.status.description}" if failed and span.status.description else ""
+        frame.text(f"logs/proof/{p}", end,
+                   _text(f"proof {p} {'FAILED' if failed else 'finished'} in "
+                         f"{(end - start) / 1e9:.3f} s: {' '.join(done)}{status}"),
+                   "ERROR" if failed else "INFO")
+        # The walk is over: dismiss the cursor.
+        frame.points(f"gkr/walk/{p}/cursor", end, [])
+        if model.circuit_nodes is None and model.declared_layers:
+            self._backbone(model, frame, start, range(model.declared_layers))
+
+    def _backbone(self, model: ProofModel, frame: Frame, t: int,
+                  indices: Sequence[int] | range) -> None:
+        idx = sorted(set(indices))
+        if len(idx) < 2:
+            return
+        ox, oy, oz = model.offset
+        frame.strips(f"circuit/{model.key}/backbone", t,
+                     [[(x + ox, y + oy, z + oz) for x, y, z in map(layout.helix, idx)]],
+                     colour=layout.BACKBONE, radius=0.03)
+
+    def _circuit(self, span: ReadableSpan, model: ProofModel, frame: Frame,
+                 issues: Issues) -> None:
+        a = span.attributes or {}
+        start, end = _times(span)
+        p = model.key
+        raw_idx = _seq(a, Attr.CIRCUIT_NODE_INDEX)
+        kinds = _seq(a, Attr.CIRCUIT_NODE_KIND)
+        costs = _seq(a, Attr.CIRCUIT_NODE_TRACE_COST)
+        issues.cap("circuit_nodes", len(raw_idx) - MAX_CIRCUIT_NODES)
+        nodes: dict[int, tuple[str, int | None]] = {}
+        for n, idx in enumerate(raw_idx[:MAX_CIRCUIT_NODES]):
+            if type(idx) is not int or not 0 <= idx <= MAX_LAYER_INDEX:
+                issues.coerced += 1
+                continue
+            kind = kinds[n] if n < len(kinds) else None
+            if kind not in _KINDS:
+                issues.coerced += 1
+                kind = LayerKind.UNKNOWN.value
+            cost = costs[n] if n < len(costs) and type(costs[n]) is int else None
+            nodes[idx] = (str(kind), cost)
+        off = model.offset
+        if nodes:
+            model.circuit_nodes = len(nodes)
+            for idx, (kind, _) in nodes.items():
+                model.kinds[idx] = kind
+            model.touch(end)
+            order = sorted(nodes)
+            frame.points(f"circuit/{p}/nodes", end, [
+                Node(layout.node_position(i, nodes[i][0], off),
+                     layout.kind_rgba(nodes[i][0], 0x90), layout.node_radius(nodes[i][1]) * 0.6,
+                     f"{nodes[i][0]} [{i}]") for i in order])
+            self._backbone(model, frame, end, order)
+            strips = self._edges(a, nodes, off, issues)
+            if strips:
+                frame.strips(f"circuit/{p}/edges", end, strips, colour=layout.EDGE, radius=0.025)
+        n_edges = len(_seq(a, Attr.CIRCUIT_EDGE_FROM))
+        frame.text(f"logs/proof/{p}", end,
+                   f"circuit compiled in {_ms(start, end)}: {len(nodes)} nodes, {n_edges} edges")
+
+    def _edges(self, a: Mapping[str, Any], nodes: dict[int, tuple[str, int | None]],
+               off: layout.Vec3, issues: Issues) -> list[list[layout.Vec3]]:
+        src = _seq(a, Attr.CIRCUIT_EDGE_FROM)
+        dst = _seq(a, Attr.CIRCUIT_EDGE_TO)
+        n = min(len(src), len(dst))
+        issues.coerced += abs(len(src) - len(dst))
+        issues.cap("circuit_edges", n - MAX_CIRCUIT_EDGES)
+        strips = []
+        for f, t in zip(src[:MAX_CIRCUIT_EDGES], dst[:MAX_CIRCUIT_EDGES], strict=False):
+            if f not in nodes or t not in nodes:
+                issues.coerced += 1
+                continue
+            strips.append([layout.node_position(f, nodes[f][0], off),
+                           layout.node_position(t, nodes[t][0], off)])
+        return strips
+
+    def _layer(self, span: ReadableSpan, model: ProofModel, frame: Frame, issues: Issues,
+               witness: bool, acc: _Rounds) -> bool:
+        a = _plain(span.attributes)
+        index = _int(a, Attr.LAYER_INDEX)
+        if index is None or index > MAX_LAYER_INDEX:
+            return False
+        kind = a.get(Attr.LAYER_KIND)
+        if kind not in _KINDS:
+            issues.coerced += 1
+            kind = LayerKind.UNKNOWN.value
+        kind = str(kind)
+        total = _int(a, Attr.SUMCHECK_ROUNDS) or 0
+        cost = _int(a, Attr.LAYER_TRACE_COST)
+        start, end = _times(span)
+        ok = span.status.status_code is not StatusCode.ERROR
+        p = model.key
+        pos = layout.node_position(index, kind, model.offset)
+        radius = layout.node_radius(cost)
+        label = f"{kind} [{index}]"
+        took = _ms(start, end)
+        frame.points(NODES, start, [Node(pos, layout.kind_rgba(kind), radius, f"{label} · {p}")],
+                     layer=index, show_labels=False)
+        frame.points(f"gkr/walk/{p}/cursor", start,
+                     [Node(pos, layout.CURSOR, radius + layout.CURSOR_MARGIN, f"proving {label}")])
+        logs = f"logs/gkr/{p}"
+        hw = a.get(Attr.HW_ID)
+        frame.text(logs, start, _text(
+            f"→ [{index}] {kind} ({a.get(Attr.LAYER_PROOF_KIND, '?')}, {total} rounds) "
+            f"claim={_short(_str(a, Attr.CLAIM_INITIAL))}" + (f" on GPU {hw}" if hw else "")),
+            layer=index)
+
+        done = self._rounds(span, index, total, pos, start, end, acc, frame, logs, issues)
+
+        model.add_layer(LayerSummary(index, kind, start, end, ok))
+        frame.points(NODES, end, [Node(pos, layout.PROVED_SHELL if ok else layout.FAILED_SHELL,
+                                       radius * layout.SHELL_SCALE,
+                                       f"{label} · {p} {'proved' if ok else 'FAILED'} in {took}")],
+                     layer=index, show_labels=False)
+        if ok:
+            frame.text(logs, end, _text(f"[{index}] proved {kind} in {took} ({done}/{total} "
+                                        f"rounds) claim={_short(_str(a, Attr.CLAIM_FINAL))}"),
+                       layer=index)
+            self._trail(model, index, pos, end, acc)
+        else:
+            frame.text(logs, end, _text(f"[{index}] {kind} FAILED after {took}: "
+                                        f"{span.status.description or 'error'}"), "ERROR",
+                       layer=index)
+        if witness:
+            self._witness(span, model, frame, issues, index)
+        return True
+
+    def _rounds(self, span: ReadableSpan, index: int, total: int, pos: layout.Vec3,
+                start: int, end: int, acc: _Rounds, frame: Frame, logs: str,
+                issues: Issues) -> int:
+        """Collect the layer's sumcheck rounds into ``acc``; returns how many were valid."""
+        first = len(acc.t)
+        t_app, r_app, c_app = acc.t.append, acc.rnd.append, acc.claim.append
+        last = 0
+        slots = max(total, 1)
+        ordered = True
+        round_key, claim_key, error_key = Attr.SUMCHECK_ROUND, Attr.CLAIM, Attr.ERROR_TYPE
+        name = EventName.SUMCHECK_ROUND
+        # The hot loop of a batch: one pass, plain dicts, the fingerprint's fast path inline.
+        for ev in span.events:
+            if ev.name != name:
+                continue
+            a = ev.attributes
+            try:
+                a = a._dict  # type: ignore[union-attr]
+            except AttributeError:
+                a = a or {}
+            t = ev.timestamp
+            if type(t) is not int or t <= 0:
+                t = end
+            rnd = a.get(round_key)
+            if error_key in a:
+                frame.text(logs, t, _text(f"[{index}] round {rnd} rejected by the "
+                                          f"instrumentation: {a[error_key]}"), "WARN",
+                           layer=index)
+                continue
+            if type(rnd) is not int or rnd < 0:
+                issues.invalid_events += 1
+                continue
+            claim = a.get(claim_key)
+            fp = math.nan
+            if type(claim) is str:
+                head = claim[1:claim.find(",")] if claim[:1] == "(" and "," in claim else claim
+                try:
+                    fp = (int(head) % M31) / M31
+                except ValueError:
+                    slow = claim_fingerprint(claim)
+                    if slow is None:
+                        issues.coerced += 1
+                    else:
+                        fp = slow
+            elif claim is not None:
+                issues.coerced += 1
+            if t < last:
+                ordered = False
+            last = t
+            t_app(t)
+            r_app(rnd)
+            c_app(fp)
+            if rnd >= slots:
+                slots = rnd + 1
+        n = len(acc.t) - first
+        if not ordered:  # events of a foreign producer: sort the block by time
+            block = sorted(zip(acc.t[first:], acc.rnd[first:], acc.claim[first:],
+                               strict=True))
+            acc.t[first:], acc.rnd[first:], acc.claim[first:] = (list(c) for c in zip(
+                *block, strict=True))
+        if n:
+            # Bars fan out over the declared round count (or the rounds seen).
+            acc.blocks.append((index, first, n, start, total, min(slots, layout.MAX_BARS), pos))
+        return n
+
+    def _trail(self, model: ProofModel, index: int, pos: layout.Vec3, end: int,
+               acc: _Rounds) -> None:
+        """A segment to each proved neighbour, at the later of the two end times."""
+        for la in model.proved_neighbours(index):
+            other = layout.node_position(la.index, la.kind, model.offset)
+            # Drawn from the lower layer to the higher, whichever arrived second.
+            a, b = (pos, other) if index < la.index else (other, pos)
+            acc.trail.append((max(end, la.end), max(index, la.index), a, b))
+
+    def _witness(self, span: ReadableSpan, model: ProofModel, frame: Frame, issues: Issues,
+                 index: int) -> None:
+        p = model.key
+        _, end = _times(span)
+        if not model.witness_styled:
+            model.witness_styled = True
+            for key in _STATS:
+                name = key.rsplit(".", 1)[-1]
+                frame.static(f"inference/stats/{p}/{name}",
+                             rr.SeriesLines(names=[f"activation {name} {p}"]))
+        for ev in span.events:
+            if ev.name == EventName.LAYER_ACTIVATION:
+                a = ev.attributes or {}
+                if Attr.ERROR_TYPE in a:
+                    continue  # rejected at the source and counted there
+                t = _event_time(ev, end)
+                layer = _int(a, Attr.LAYER_INDEX)
+                layer = index if layer is None else layer
+                values = [_num(a, k) for k in _STATS]
+                if any(v is None for v in values):
+                    issues.invalid_events += 1
+                    continue
+                for key, v in zip(_STATS, values, strict=True):
+                    frame.scalar(f"inference/stats/{p}/{key.rsplit('.', 1)[-1]}", t,
+                                 float(v), layer=layer)  # type: ignore[arg-type]
+                sample = _seq(a, Attr.ACTIVATION_SAMPLE)
+                issues.cap("activation_sample", len(sample) - MAX_ACTIVATION_SAMPLE)
+                nums = [float(x) for x in sample[:MAX_ACTIVATION_SAMPLE]
+                        if isinstance(x, int | float) and not isinstance(x, bool)
+                        and math.isfinite(x)]
+                if nums:
+                    frame.bar_chart(f"inference/{p}/layer_{layer}/output", t, nums,
+                                    colour=layout.kind_rgba(LayerKind.ACTIVATION.value))
+            elif ev.name == EventName.ATTENTION_HEATMAP:
+                self._heatmap(ev, model, frame, issues, index, end)
+
+    def _heatmap(self, ev: Event, model: ProofModel, frame: Frame, issues: Issues,
+                 index: int, default_t: int) -> None:
+        a = ev.attributes or {}
+        if Attr.ERROR_TYPE in a:
+            return
+        t = _event_time(ev, default_t)
+        head = _int(a, Attr.ATTENTION_HEAD)
+        side = _int(a, Attr.ATTENTION_SEQ_LEN)
+        scores = _seq(a, Attr.ATTENTION_SCORES)
+        n = len(scores)
+        reason = None
+        if head is None:
+            reason = "missing head index"
+        elif n < 1:
+            reason = "no score matrix"
+        elif n > MAX_ATTENTION_SIDE ** 2 or (side or 0) > MAX_ATTENTION_SIDE:
+            reason = f"{n} scores exceed the {MAX_ATTENTION_SIDE}×{MAX_ATTENTION_SIDE} cap"
+        elif side is None or side * side != n:
+            reason = f"{n} scores are not a square seq_len×seq_len matrix (seq_len={side})"
+        arr: np.ndarray | None = None
+        if reason is None and side is not None:
+            try:
+                arr = np.asarray(scores, dtype=np.float32).reshape(side, side)
+            except (TypeError, ValueError):
+                reason = "scores are not numbers"
+            if arr is not None and not np.isfinite(arr).all():
+                reason, arr = "scores are not finite", None
+        if reason is not None or arr is None:
+            issues.rejected_heatmaps += 1
+            frame.text(f"logs/gkr/{model.key}", t,
+                       f"[{index}] attention heatmap head {head} rejected: {reason}", "WARN",
+                       layer=index)
+            return
+        frame.tensor(f"inference/{model.key}/layer_{index}/attn_head_{head}", t, arr, layer=index)
+
+    def _weight_opening(self, span: ReadableSpan, model: ProofModel, frame: Frame) -> None:
+        a = span.attributes or {}
+        start, end = _times(span)
+        node = a.get(Attr.WEIGHT_NODE_ID, "?")
+        logs = f"logs/weights/{model.key}"
+        frame.text(logs, start, _text(f"weight opening node={_fmt(node)} eval point length="
+                                      f"{_fmt(a.get(Attr.WEIGHT_EVAL_POINT_LENGTH, '?'))}"))
+        commitment = _str(a, Attr.WEIGHT_COMMITMENT)
+        frame.text(logs, end, _text(f"weight opening node={_fmt(node)} done in {_ms(start, end)}"
+                                    + (f" commitment={commitment}" if commitment else "")),
+                   _level(span))
+
+    def _binding(self, span: ReadableSpan, model: ProofModel, frame: Frame) -> None:
+        a = span.attributes or {}
+        start, end = _times(span)
+        logs = f"logs/proof/{model.key}"
+        frame.text(logs, start, f"aggregated binding: {_fmt(a.get(Attr.BINDING_CLAIMS, '?'))} "
+                                f"claims, {_fmt(a.get(Attr.BINDING_MATRICES, '?'))} matrices")
+        felts = a.get(Attr.BINDING_CALLDATA_FELTS)
+        frame.text(logs, end, f"aggregated binding done in {_ms(start, end)}"
+                   + (f", ~{_fmt(felts)} calldata felts" if felts is not None else ""),
+                   _level(span))
+        frame.scalar(f"proof/binding_ms/{model.key}", end, (end - start) / 1e6)
+
+    def _stark(self, span: ReadableSpan, model: ProofModel, frame: Frame) -> None:
+        a = span.attributes or {}
+        start, end = _times(span)
+        logs = f"logs/stark/{model.key}"
+        frame.text(logs, start, "STARK proof: activations="
+                   f"{_fmt(a.get(Attr.STARK_ACTIVATION_LAYERS, '?'))} add="
+                   f"{_fmt(a.get(Attr.STARK_ADD_LAYERS, '?'))} layernorm="
+                   f"{_fmt(a.get(Attr.STARK_LAYERNORM_LAYERS, '?'))}")
+        frame.text(logs, end, f"STARK proof done in {_ms(start, end)}", _level(span))
+
+    def _verify(self, span: ReadableSpan, model: ProofModel, frame: Frame) -> None:
+        a = span.attributes or {}
+        start, end = _times(span)
+        verified = a.get(Attr.PROOF_VERIFIED)
+        ok = verified is not False and span.status.status_code is not StatusCode.ERROR
+        word = "verified" if verified is True else "REJECTED" if verified is False else "finished"
+        frame.text(f"logs/proof/{model.key}", end,
+                   f"verification {word} in {_ms(start, end)}", "INFO" if ok else "ERROR")
+
+    def _foreign(self, span: ReadableSpan, model: ProofModel, frame: Frame,
+                 issues: Issues) -> None:
+        start, end = _times(span)
+        frame.text(f"logs/proof/{model.key}", end,
+                   _text(f"span {span.name}: {_ms(start, end)}"), _level(span, "DEBUG"))
+        self._common_events(span, model, frame, issues, "proof")
+
+    # ── events any span may carry ────────────────────────────────────────────────────
+
+    def _common_events(self, span: ReadableSpan, model: ProofModel, frame: Frame,
+                       issues: Issues, area: str) -> None:
+        _, end = _times(span)
+        p = model.key
+        for ev in span.events:
+            name = ev.name
+            if name == EventName.SUMCHECK_ROUND:
+                continue
+            a = ev.attributes or {}
+            if name in _GPU_EVENTS:
+                self._gpu_event(ev, model, frame, _event_time(ev, end))
+            elif name == "exception":
+                frame.text(f"logs/{area}/{p}", _event_time(ev, end), _text(
+                    f"{a.get('exception.type', 'exception')}: {a.get('exception.message', '')}"),
+                    "ERROR")
+            elif name == EventName.LOG:
+                message = a.get(_LOG_MESSAGE)
+                if message is None:
+                    issues.invalid_events += 1
+                    continue
+                level = _LOG_LEVELS.get(str(a.get(_LOG_LEVEL, "Info")), "INFO")
+                frame.text(f"logs/{area}/{p}", _event_time(ev, end), _text(message), level)
+
+    def _gpu_event(self, ev: Event, model: ProofModel, frame: Frame, t: int) -> None:
+        a = ev.attributes or {}
+        backend = _str(a, Attr.GPU_BACKEND) or "?"
+        device = _str(a, Attr.HW_ID) or "?"
+        logs = f"logs/gpu/{model.key}"
+        if ev.name == EventName.GPU_CAPABILITY_UNSUPPORTED:
+            gap = Gap(backend, device, str(a.get(Attr.GPU_CAPABILITY, "?")),
+                      str(a.get(Attr.GPU_CAPABILITY_REASON, "?")))
+            frame.text(logs, t, _text(f"GPU capability unavailable: {gap.capability} "
+                                      f"({gap.reason}) on {backend} device {device}"), "WARN")
+            if self.gaps.add(gap, t, "span event"):
+                frame.document("gpu/capability_gaps", t, self.gaps.markdown())
+        elif ev.name == EventName.GPU_ADAPTER_ACQUIRED:
+            frame.text(logs, t, _text(
+                f"GPU adapter: {_str(a, Attr.HW_NAME) or '?'} ({backend}, vendor "
+                f"{_str(a, Attr.HW_VENDOR) or '?'}, driver {_str(a, Attr.HW_DRIVER_VERSION) or '?'}"
+                f", hw.id {device})"))
+        elif ev.name == EventName.GPU_FAULT:
+            frame.text(logs, t, _text(f"GPU fault on {backend} device {device}: "
+                                      f"{a.get(Attr.GPU_FAULT_KIND, '?')}"), "WARN")
+        elif ev.name == EventName.GPU_RETRY:
+            frame.text(logs, t, _text(f"GPU dispatch retried on {backend} device {device}: "
+                                      f"attempt {a.get(Attr.GPU_RETRY_ATTEMPT, '?')}"), "WARN")
+        else:
+            frame.text(logs, t, _text(f"GPU work recovered on {backend} device {device} via "
+                                      f"{a.get(Attr.GPU_RECOVERY_ROUTE, '?')}"))
+
+
+def _level(span: ReadableSpan, ok: str = "INFO") -> str:
+    return "ERROR" if span.status.status_code is StatusCode.ERROR else ok
+
+
+def _fmt(value: object) -> str:
+    if isinstance(value, tuple | list):
+        return "[" + ",".join(str(v) for v in value[:16]) + (",…" if len(value) > 16 else "") \
+            + "]"
+    return _text(value)
