@@ -1,0 +1,267 @@
+"""Rerun exporter throughput vs the seed's one-``rr.log``-per-entity approach.
+
+Run: python benchmarks/bench_rerun.py [--proofs N --layers L --rounds R]
+
+Both translations draw the same span set (made by ProofTracer on an SDK
+TracerProvider) into a .rrd file in the same process, side by side:
+
+* **columnar** — this package's RerunSink (translation + one ``send_columns`` per
+  entity per batch), timed from submit to flushed;
+* **naive** — a port of the seed's ``dispatch_event``: one ``rr.log`` per entity
+  update (``set_time`` before each event so rows still carry ``proof_time``).
+
+Then the prover-thread cost per span with the exporter installed (SDK
+``SimpleSpanProcessor``, i.e. export runs on the prover thread, and the package's
+``BoundedBatchSpanProcessor``) against the same TracerProvider without it.
+Prints a markdown table; figures go in benchmarks/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import rerun as rr
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from otel_proofscope.instrumentation import CircuitNode, ProofTracer
+from otel_proofscope.pipeline.processor import BoundedBatchSpanProcessor
+from otel_proofscope.rerun import layout
+from otel_proofscope.rerun.exporter import RerunSpanExporter
+from otel_proofscope.rerun.sink import RerunSink, parse_target
+from otel_proofscope.rerun.translate import claim_fingerprint
+from otel_proofscope.semconv import Attr, EventName, SpanName
+
+KINDS = ("MatMul", "Add", "Activation", "Mul", "Attention")
+
+
+def make_spans(proofs: int, layers: int, rounds: int) -> list[ReadableSpan]:
+    memory = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    run_proofs(ProofTracer(provider), proofs, layers, rounds)
+    return list(memory.get_finished_spans())
+
+
+def run_proofs(tracer: ProofTracer, proofs: int, layers: int, rounds: int) -> int:
+    """Prove-shaped telemetry; returns the number of spans made."""
+    nodes = [CircuitNode(i, KINDS[i % 5], 1000 * (i + 1), [i - 1] if i else [])
+             for i in range(layers)]
+    poly = ((1, 2, 3, 4), (5, 6, 7, 8), (9, 10, 11, 12))
+    for _ in range(proofs):
+        with tracer.proof(system="gkr", backend="cpu", layers=layers) as proof:
+            with tracer.circuit_compile(nodes=nodes):
+                pass
+            for i in reversed(range(layers)):
+                with tracer.layer(index=i, kind=KINDS[i % 5], rounds=rounds,
+                                  claim_initial=(i, 2, 3, 4), trace_cost=1000) as layer:
+                    for r in range(rounds):
+                        tracer.sumcheck_round(r, poly, (r * 7919 + i, 1, 2, 3))
+                    layer.set_final_claim((5, 6, 7, 8))
+            with tracer.verify() as verify:
+                verify.set_verified(True)
+            proof.set_result(layer_proofs=layers, verified=True)
+    return proofs * (layers + 3)
+
+
+# ── the seed's approach: one rr.log per entity update ────────────────────────────────
+
+
+def naive(spans: Sequence[ReadableSpan], rec: rr.RecordingStream) -> None:
+    def at(t: int) -> None:
+        rec.set_time("proof_time", timestamp=t / 1e9)
+
+    for span in sorted(spans, key=lambda s: s.start_time or 0):
+        a = span.attributes or {}
+        p = f"{span.context.trace_id:032x}"[:8] if span.context else "0"
+        start, end = span.start_time or 0, span.end_time or 0
+        if span.name == SpanName.PROOF:
+            n = int(a.get(Attr.PROOF_LAYERS, 0))  # type: ignore[arg-type]
+            pos = [layout.helix(i) for i in range(n)]
+            at(start)
+            rec.log(f"circuit/{p}/backbone", rr.LineStrips3D([pos]), static=True)
+            rec.log(f"proof/progress/{p}", rr.Scalars(0.0))
+            rec.log(f"logs/proof/{p}", rr.TextLog(f"ProofStart {n} layers"))
+            at(end)
+            rec.log(f"proof/progress/{p}", rr.Scalars(1.0))
+            rec.log(f"gkr/walk/{p}/cursor", rr.Points3D([[0.0, -30.0, -30.0]]))
+            rec.log(f"logs/proof/{p}", rr.TextLog("PROOF COMPLETE"))
+        elif span.name == SpanName.CIRCUIT_COMPILE:
+            idx = [int(i) for i in a.get(Attr.CIRCUIT_NODE_INDEX, ())]  # type: ignore[union-attr,arg-type]
+            kinds = [str(k) for k in a.get(Attr.CIRCUIT_NODE_KIND, ())]  # type: ignore[union-attr]
+            at(end)
+            rec.log(f"circuit/{p}/nodes", rr.Points3D(
+                [layout.node_position(i, k) for i, k in zip(idx, kinds, strict=False)],
+                colors=[layout.kind_rgba(k) for k in kinds]))
+            src = a.get(Attr.CIRCUIT_EDGE_FROM, ())
+            dst = a.get(Attr.CIRCUIT_EDGE_TO, ())
+            rec.log(f"circuit/{p}/edges", rr.LineStrips3D(
+                [[layout.helix(f), layout.helix(t)] for f, t in zip(src, dst, strict=False)]))  # type: ignore[arg-type]
+        elif span.name == SpanName.LAYER:
+            i = int(a[Attr.LAYER_INDEX])  # type: ignore[arg-type]
+            kind = str(a[Attr.LAYER_KIND])
+            total = int(a.get(Attr.SUMCHECK_ROUNDS, 0))  # type: ignore[arg-type]
+            x, y, z = layout.node_position(i, kind)
+            at(start)
+            rec.log(f"gkr/walk/{p}/layer_{i}/node", rr.Points3D(
+                [[x, y, z]], colors=[layout.kind_rgba(kind)], radii=[0.3], labels=[kind]))
+            rec.log(f"gkr/walk/{p}/cursor", rr.Points3D([[x, y + 0.7, z]], colors=[0x00E5FFFF]))
+            rec.log(f"gkr/claim/{p}", rr.Scalars(0.0))
+            rec.log(f"logs/gkr/{p}", rr.TextLog(f"-> [{i}] {kind}"))
+            for ev in span.events:
+                if ev.name != EventName.SUMCHECK_ROUND:
+                    continue
+                ea = ev.attributes or {}
+                r = int(ea[Attr.SUMCHECK_ROUND])  # type: ignore[arg-type]
+                at(ev.timestamp)
+                rec.log(f"gkr/walk/{p}/layer_{i}/claim",
+                        rr.Scalars(claim_fingerprint(str(ea[Attr.CLAIM])) or 0.0))
+                bar = layout.round_bar(i, kind, r, total, 1.0)
+                rec.log(f"gkr/walk/{p}/layer_{i}/bar_{r}", rr.LineStrips3D([bar]))
+                if r == 0 or r + 1 == total:
+                    rec.log(f"logs/gkr/{p}", rr.TextLog(f"  [{i}] round {r + 1}/{total}"))
+            at(end)
+            rec.log(f"gkr/walk/{p}/layer_{i}/node", rr.Points3D(
+                [[x, y, z]], colors=[layout.PROVED], radii=[0.3], labels=[kind]))
+            rec.log(f"gkr/walk/{p}/progress_trail",
+                    rr.LineStrips3D([[layout.helix(j) for j in range(i + 1)]]))
+            rec.log(f"logs/gkr/{p}", rr.TextLog(f"[{i}] proved {kind}"))
+        else:
+            at(end)
+            rec.log(f"logs/proof/{p}", rr.TextLog(span.name))
+
+
+# ── measurements ─────────────────────────────────────────────────────────────────────
+
+
+def best(fn: Callable[[], float], repeats: int) -> float:
+    return min(fn() for _ in range(repeats))
+
+
+def columnar_s(spans: Sequence[ReadableSpan], out: Path) -> tuple[float, int]:
+    sink = RerunSink(parse_target(f"file:{out}"))
+    # Open the recording (file, blueprint, sender thread) before timing, as the naive
+    # side does: a span of no proof is translated to nothing but opens the sink.
+    sink.submit_spans([ReadableSpan("warm-up")])
+    sink.flush(30)
+    calls0 = sink.stats.rerun_calls
+    start = time.perf_counter()
+    for i in range(0, len(spans), 512):  # the processors' batch size
+        sink.submit_spans(spans[i:i + 512])
+    ok = sink.flush(120)
+    elapsed = time.perf_counter() - start
+    assert ok, "columnar sink did not flush"
+    calls = sink.stats.rerun_calls - calls0
+    sink.close(10)
+    return elapsed, calls
+
+
+def naive_s(spans: Sequence[ReadableSpan], out: Path) -> float:
+    rec = rr.RecordingStream("bench-naive")
+    rec.save(out)
+    start = time.perf_counter()
+    naive(spans, rec)
+    rec.flush()
+    elapsed = time.perf_counter() - start
+    rec.disconnect()
+    return elapsed
+
+
+def prover_cost_us(install: Callable[[TracerProvider], object] | None, proofs: int,
+                   layers: int, rounds: int) -> float:
+    provider = TracerProvider()
+    if install is not None:
+        install(provider)
+    tracer = ProofTracer(provider)
+    run_proofs(tracer, 1, 4, rounds)  # warm up
+    start = time.perf_counter()
+    n = run_proofs(tracer, proofs, layers, rounds)
+    elapsed = time.perf_counter() - start
+    provider.shutdown()
+    return elapsed / n * 1e6
+
+
+def export_call_us(spans: Sequence[ReadableSpan], out: Path) -> float:
+    """What ``export()`` itself costs its caller, per span (one span per call)."""
+    exporter = RerunSpanExporter(f"file:{out}", queue_size=1 << 20)
+    start = time.perf_counter()
+    for span in spans:
+        exporter.export((span,))
+    elapsed = time.perf_counter() - start
+    exporter.shutdown()
+    return elapsed / len(spans) * 1e6
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--proofs", type=int, default=2)
+    ap.add_argument("--layers", type=int, default=96)
+    ap.add_argument("--rounds", type=int, default=16)
+    ap.add_argument("--repeats", type=int, default=5)
+    args = ap.parse_args(argv)
+    spans = make_spans(args.proofs, args.layers, args.rounds)
+    naive_t: list[float] = []
+    col_t: list[float] = []
+    calls = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        d = Path(tmp)
+        # Interleaved, so a change in machine load hits both sides alike.
+        for _ in range(args.repeats):
+            naive_t.append(naive_s(spans, d / "naive.rrd"))
+            t, calls = columnar_s(spans, d / "columnar.rrd")
+            col_t.append(t)
+
+        def with_simple(p: TracerProvider) -> None:
+            p.add_span_processor(SimpleSpanProcessor(
+                RerunSpanExporter(f"file:{d / 'simple.rrd'}", queue_size=1 << 20)))
+
+        def with_bounded(p: TracerProvider) -> None:
+            p.add_span_processor(BoundedBatchSpanProcessor(
+                RerunSpanExporter(f"file:{d / 'bounded.rrd'}", queue_size=1 << 20),
+                sink="rerun"))
+
+        costs = {name: statistics.median(
+            prover_cost_us(fn, args.proofs, args.layers, args.rounds) for _ in range(3))
+            for name, fn in (("none", None), ("simple", with_simple),
+                             ("bounded", with_bounded))}
+        call_us = statistics.median(export_call_us(spans, d / f"call{i}.rrd") for i in range(3))
+
+    n = len(spans)
+    naive_med, col_med = statistics.median(naive_t), statistics.median(col_t)
+    print(f"span set: {args.proofs} proofs × {args.layers} layers × {args.rounds} rounds = "
+          f"{n} spans ({sum(len(s.events) for s in spans)} events); medians of "
+          f"{args.repeats} interleaved runs\n")
+    print("| naive rr.log spans/s | columnar spans/s | speed-up (median, min–max) "
+          "| Rerun calls: naive / columnar | export() µs/span "
+          "| prover µs/span: no exporter / + Simple / + Bounded |")
+    print("|---|---|---|---|---|---|")
+    ratios = sorted(a / b for a, b in zip(naive_t, col_t, strict=True))
+    naive_calls = sum(1 for _ in naive_calls_of(spans))
+    print(f"| {n / naive_med:,.0f} | {n / col_med:,.0f} | {naive_med / col_med:.1f}× "
+          f"({ratios[0]:.1f}–{ratios[-1]:.1f}) | {naive_calls:,} / {calls} | {call_us:.1f} "
+          f"| {costs['none']:.0f} / {costs['simple']:.0f} / {costs['bounded']:.0f} |")
+
+
+def naive_calls_of(spans: Sequence[ReadableSpan]) -> list[None]:
+    """Count the naive translation's ``rr.log`` calls (by running it on a counter)."""
+    counted: list[None] = []
+
+    class Counter:
+        def log(self, *args: object, **kwargs: object) -> None:
+            counted.append(None)
+
+        def set_time(self, *args: object, **kwargs: object) -> None:
+            return None
+
+    naive(spans, Counter())  # type: ignore[arg-type]
+    return counted
+
+
+if __name__ == "__main__":
+    main()
