@@ -198,3 +198,78 @@ def test_forked_child_does_not_reexport_parent_spans(tmp_path: Path) -> None:
     parent = [x.split(":")[1] for x in received if x.startswith(f"{os.getpid()}:")]
     assert child == ["child-span"]
     assert sorted(parent) == ["parent-queued", "s"]
+
+
+class _Collector:
+    """A real OTLP gRPC trace receiver on a fixed loopback port that can go down and up."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.span_ids: list[bytes] = []
+        self.server = None
+
+    def up(self) -> None:
+        from concurrent import futures
+
+        import grpc
+        from opentelemetry.proto.collector.trace.v1 import (
+            trace_service_pb2,
+            trace_service_pb2_grpc,
+        )
+
+        outer = self
+
+        class Servicer(trace_service_pb2_grpc.TraceServiceServicer):  # type: ignore[misc]
+            def Export(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
+                outer.span_ids += [s.span_id for rs in request.resource_spans
+                                   for ss in rs.scope_spans for s in ss.spans]
+                return trace_service_pb2.ExportTraceServiceResponse()
+
+        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+        trace_service_pb2_grpc.add_TraceServiceServicer_to_server(Servicer(), self.server)
+        self.server.add_insecure_port(f"127.0.0.1:{self.port}")
+        self.server.start()
+
+    def down(self) -> None:
+        if self.server is not None:
+            self.server.stop(0).wait(5)
+            self.server = None
+
+
+def test_collector_flapping_recovers_without_duplicates(monkeypatch: pytest.MonkeyPatch) -> None:
+    collector = _Collector(free_port())
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{collector.port}")
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "otlp")
+    monkeypatch.setenv("OTEL_METRICS_EXPORTER", "none")
+    telemetry = configure(set_global=False, rerun="off", shutdown_timeout_s=3.0)
+    tracer = telemetry.tracer
+    sent = 0
+
+    def prove(n: int) -> None:
+        nonlocal sent
+        for _ in range(n):
+            with tracer.proof(system="flap"):
+                sent += 1
+        assert telemetry.force_flush(10)
+
+    collector.up()
+    prove(5)
+    collector.down()
+    prove(7)  # collector down: these fail and are counted
+    collector.up()
+    # gRPC reconnects with backoff: probe until the pipeline delivers again (bounded)
+    deadline = time.monotonic() + 20
+    before = len(collector.span_ids)
+    while len(collector.span_ids) == before and time.monotonic() < deadline:
+        prove(1)
+    assert len(collector.span_ids) > before, "never recovered"
+    recovered_at = len(collector.span_ids)
+    prove(9)  # recovered: all of these arrive
+    assert len(collector.span_ids) == recovered_at + 9
+    collector.down()
+    prove(3)
+    telemetry.shutdown()
+    received = len(collector.span_ids)
+    assert received == len(set(collector.span_ids)), "a span was exported twice"
+    assert received >= 15  # 5 before, >= 1 probe, 9 after recovery
+    assert received + DROPS.total(signal="spans", sink="otlp") == sent
