@@ -175,15 +175,32 @@ class _Rows:
         parts += [b[k] for b in self.blocks if b[k] is not None]  # type: ignore[misc]
         return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
-    def indexes(self) -> list[_Index]:
-        out = [_Index(PROOF_TIME, pa.array(self._cat(self.times, 0), type=pa.timestamp("ns")))]
+    def order(self) -> np.ndarray | None:
+        """Row permutation that sorts bulk rows by time (None: already sorted).
+
+        Blocks of concurrent proofs interleave in time; Rerun re-sorts an unsorted chunk
+        at a cost far above the send, so bulk entities are sent sorted.
+        """
+        if not self.blocks:
+            return None
+        t = self._cat(self.times, 0)
+        if len(t) < 2 or bool((t[1:] >= t[:-1]).all()):
+            return None
+        return np.argsort(t, kind="stable")
+
+    def indexes(self, order: np.ndarray | None = None) -> list[_Index]:
+        def col(values: np.ndarray) -> np.ndarray:
+            return values if order is None else values[order]
+
+        out = [_Index(PROOF_TIME, pa.array(col(self._cat(self.times, 0)),
+                                           type=pa.timestamp("ns")))]
         if self.layer or (self.blocks and self.blocks[0][1] is not None):
-            out.append(_Index(LAYER, pa.array(self._cat(self.layer, 1))))
+            out.append(_Index(LAYER, pa.array(col(self._cat(self.layer, 1)))))
         if self.rnd or (self.blocks and self.blocks[0][2] is not None):
-            out.append(_Index(SUMCHECK_ROUND, pa.array(self._cat(self.rnd, 2))))
+            out.append(_Index(SUMCHECK_ROUND, pa.array(col(self._cat(self.rnd, 2)))))
         return out
 
-    def columns(self) -> list[Any]:
+    def columns(self, order: np.ndarray | None = None) -> list[Any]:
         raise NotImplementedError
 
 
@@ -195,10 +212,12 @@ class _Scalars(_Rows):
         self.values: list[float] = []
         self.value_blocks: list[np.ndarray] = []
 
-    def columns(self) -> list[Any]:
+    def columns(self, order: np.ndarray | None = None) -> list[Any]:
         parts = ([np.asarray(self.values, dtype=np.float64)] if self.values else []) \
             + self.value_blocks
         values = parts[0] if len(parts) == 1 else np.concatenate(parts)
+        if order is not None:
+            values = values[order]
         return [_column(rr.Scalars.descriptor_scalars(),
                         pa.array(values.astype(np.float64, copy=False), type=pa.float64()))]
 
@@ -211,7 +230,7 @@ class _Texts(_Rows):
         self.texts: list[str] = []
         self.levels: list[str] = []
 
-    def columns(self) -> list[Any]:
+    def columns(self, order: np.ndarray | None = None) -> list[Any]:
         return [_column(rr.TextLog.descriptor_text(), pa.array(self.texts, type=pa.utf8())),
                 _column(rr.TextLog.descriptor_level(), pa.array(self.levels, type=pa.utf8()))]
 
@@ -223,7 +242,7 @@ class _Documents(_Rows):
         super().__init__(path)
         self.texts: list[str] = []
 
-    def columns(self) -> list[Any]:
+    def columns(self, order: np.ndarray | None = None) -> list[Any]:
         return [_column(rr.TextDocument.descriptor_text(), pa.array(self.texts, type=pa.utf8())),
                 _column(rr.TextDocument.descriptor_media_type(),
                         pa.array(["text/markdown"] * len(self.texts), type=pa.utf8()))]
@@ -238,7 +257,7 @@ class _Points(_Rows):
         self.lengths: list[int] = []
         self.show_labels = show_labels
 
-    def columns(self) -> list[Any]:
+    def columns(self, order: np.ndarray | None = None) -> list[Any]:
         # An empty row is an explicit empty batch of every component: it clears the
         # points from then on (the cursor when a proof ends).
         nodes = self.nodes
@@ -270,7 +289,7 @@ class _Strips(_Rows):
         self.colour = colour
         self.radius = radius
 
-    def columns(self) -> list[Any]:
+    def columns(self, order: np.ndarray | None = None) -> list[Any]:
         n = len(self.strips)
         points = np.asarray([p for s in self.strips for p in s],
                             dtype=np.float32).reshape(-1, 3)
@@ -298,20 +317,24 @@ class _Segments(_Rows):
         self.labels: list[str] = []
         self.radius = radius
 
-    def columns(self) -> list[Any]:
-        a = np.concatenate(self.a)
+    def columns(self, order: np.ndarray | None = None) -> list[Any]:
+        a, b = np.concatenate(self.a), np.concatenate(self.b)
+        colours = np.concatenate(self.colours)
+        if order is not None:
+            a, b, colours = a[order], b[order], colours[order]
         n = len(a)
-        points = np.stack([a, np.concatenate(self.b)], axis=1).reshape(-1, 3)
+        points = np.stack([a, b], axis=1).reshape(-1, 3)
         cols = [
             rr.ComponentColumn(rr.LineStrips3D.descriptor_strips(),
                                _strip_array(points, np.full(n, 2, np.int32))),
-            _column(rr.LineStrips3D.descriptor_colors(), _colours(np.concatenate(self.colours))),
+            _column(rr.LineStrips3D.descriptor_colors(), _colours(colours)),
             _column(rr.LineStrips3D.descriptor_radii(),
                     _floats32(np.full(n, self.radius, np.float32))),
         ]
         if self.labels:
+            labels = self.labels if order is None else [self.labels[i] for i in order]
             cols += [_column(rr.LineStrips3D.descriptor_labels(),
-                             pa.array(self.labels, type=pa.utf8())),
+                             pa.array(labels, type=pa.utf8())),
                      _column(rr.LineStrips3D.descriptor_show_labels(),
                              pa.array(np.zeros(n, dtype=bool)))]
         return cols
@@ -332,15 +355,19 @@ class _Boxes(_Rows):
         self.half_sizes: list[np.ndarray] = []
         self.colours: list[np.ndarray] = []
 
-    def columns(self) -> list[Any]:
+    def columns(self, order: np.ndarray | None = None) -> list[Any]:
         centers = np.concatenate(self.centers)
+        half = np.concatenate(self.half_sizes)
+        colours = np.concatenate(self.colours)
+        if order is not None:
+            centers, half, colours = centers[order], half[order], colours[order]
         n = len(centers)
         return [
             _column(rr.Boxes3D.descriptor_centers(), _positions(centers)),
             _column(rr.Boxes3D.descriptor_half_sizes(), pa.FixedSizeListArray.from_arrays(
-                pa.array(np.concatenate(self.half_sizes).astype(np.float32).reshape(-1),
-                         type=pa.float32()), type=_HALF_SIZE_TYPE)),
-            _column(rr.Boxes3D.descriptor_colors(), _colours(np.concatenate(self.colours))),
+                pa.array(half.astype(np.float32).reshape(-1), type=pa.float32()),
+                type=_HALF_SIZE_TYPE)),
+            _column(rr.Boxes3D.descriptor_colors(), _colours(colours)),
             _column(rr.Boxes3D.descriptor_fill_mode(),
                     pa.array(np.full(n, _SOLID, np.uint8), type=pa.uint8())),
         ]
@@ -354,7 +381,7 @@ class _BarCharts(_Rows):
         self.values: list[np.ndarray] = []
         self.colour = colour
 
-    def columns(self) -> list[Any]:
+    def columns(self, order: np.ndarray | None = None) -> list[Any]:
         n = len(self.values)
         return [
             rr.ComponentColumn(rr.BarChart.descriptor_values(), _tensors(self.values)),
@@ -369,7 +396,7 @@ class _Tensors(_Rows):
         super().__init__(path)
         self.arrays: list[np.ndarray] = []
 
-    def columns(self) -> list[Any]:
+    def columns(self, order: np.ndarray | None = None) -> list[Any]:
         return [rr.ComponentColumn(rr.Tensor.descriptor_data(), _tensors(self.arrays))]
 
 
@@ -415,6 +442,19 @@ class Frame:
         rows: _Documents = self._get("doc", path, False, False, lambda: _Documents(path))
         rows._index(t, None, None)
         rows.texts.append(markdown)
+
+    def point(self, path: str, t: int, node: Node, *, layer: int | None = None,
+              show_labels: bool = True) -> None:
+        """One row with one point (the per-layer hot path of :meth:`points`)."""
+        key = ("points", path, layer is not None, False)
+        rows = self._rows.get(key)
+        if rows is None:
+            rows = self._rows[key] = _Points(path, show_labels)
+        rows.times.append(t)
+        if layer is not None:
+            rows.layer.append(layer)
+        rows.nodes.append(node)  # type: ignore[attr-defined]
+        rows.lengths.append(1)  # type: ignore[attr-defined]
 
     def points(self, path: str, t: int, nodes: Sequence[Node], *, layer: int | None = None,
                show_labels: bool = True) -> None:
@@ -486,5 +526,6 @@ class Frame:
     def sends(self) -> list[Send]:
         out = list(self._static)
         for rows in self._rows.values():
-            out.append(Send(rows.path, rows.indexes(), rows.columns(), rows=len(rows)))
+            order = rows.order()
+            out.append(Send(rows.path, rows.indexes(order), rows.columns(order), rows=len(rows)))
         return out

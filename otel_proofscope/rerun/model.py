@@ -94,6 +94,7 @@ class ProofRegistry:
 
     def __init__(self, max_proofs: int = MAX_PROOFS) -> None:
         self._models: OrderedDict[int, ProofModel] = OrderedDict()
+        self._keys: dict[str, int] = {}  # entity-path key → trace id
         self._max = max_proofs
         self._next_ordinal = 0
         self.evicted = 0
@@ -103,11 +104,16 @@ class ProofRegistry:
         if model is not None:
             self._models.move_to_end(trace_id)
             return model
-        model = ProofModel(key=f"{trace_id:032x}"[:8], ordinal=self._next_ordinal)
+        key = f"{trace_id:032x}"[:8]
+        if key in self._keys and self._keys[key] != trace_id:
+            key = f"{trace_id:032x}"[:16]  # two traces sharing 8 hex digits: never merge them
+        self._keys[key] = trace_id
+        model = ProofModel(key=key, ordinal=self._next_ordinal)
         self._next_ordinal += 1
         self._models[trace_id] = model
         if len(self._models) > self._max:
-            self._models.popitem(last=False)
+            _, old = self._models.popitem(last=False)
+            self._keys.pop(old.key, None)
             self.evicted += 1
         return model
 

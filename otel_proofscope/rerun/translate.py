@@ -193,9 +193,10 @@ class _Rounds:
     per layer (index, start, round count, node position) is stored once per block.
     """
 
-    __slots__ = ("blocks", "claim", "rnd", "t", "trail")
+    __slots__ = ("blocks", "claim", "others", "rnd", "t", "trail")
 
     def __init__(self) -> None:
+        self.others: list[Event] = []  # the current span's events that are not rounds
         self.t: list[int] = []
         self.rnd: list[int] = []
         self.claim: list[float] = []
@@ -299,12 +300,17 @@ class SpanTranslator:
         for t, value in model.diff("progress", list(progress_rows(model))):
             frame.scalar(f"proof/progress/{p}", t, float(value))  # type: ignore[arg-type]
         for kind, rows in kind_seconds_rows(model).items():
-            # x = layer index over the whole proof (every kind shares one axis); the
-            # layer count is part of each row, so a grown proof re-sends its rows.
-            for t, bars in model.diff(f"seconds/{kind}", [(t, (total, b)) for t, b in rows]):
-                values = np.zeros(total, dtype=np.float32)
-                for i, secs in bars[1]:  # type: ignore[index]
-                    if i < total:
+            # x = layer index over the whole proof, so every kind shares one axis. A
+            # summary chart: one row per batch (its latest state) is what the live view
+            # shows too, and a tensor per layer would be the costliest conversion here.
+            changed = model.diff(f"seconds/{kind}", [(t, (total, b)) for t, b in rows])
+            if changed:
+                t, payload = changed[-1]
+                size: int = payload[0]  # type: ignore[index]
+                bars: tuple[tuple[int, float], ...] = payload[1]  # type: ignore[index]
+                values = np.zeros(size, dtype=np.float32)
+                for i, secs in bars:
+                    if i < size:
                         values[i] = secs
                 frame.bar_chart(f"proof/layer_seconds/{p}/{kind}", t, values,
                                 colour=layout.kind_rgba(kind))
@@ -350,19 +356,23 @@ class SpanTranslator:
                                           layout.bar_heights(dt[bar] / 1e9))
         shown_total = np.where(total[bar] > 0, total[bar], slots[bar])
         shown_left = np.where(total[bar] > 0, remaining[bar], slots[bar] - rnd[bar] - 1)
+        # On proof_time only: an unsorted sequence timeline (layers run output → input)
+        # makes Rerun re-sort the whole chunk, ~20x the cost of the send itself.
         frame.boxes(ROUNDS, t[bar], centres, half,
-                    layout.remaining_colours(shown_left, shown_total),
-                    layer=layer[bar], rnd=rnd[bar])
+                    layout.remaining_colours(shown_left, shown_total))
 
     # ── spans ────────────────────────────────────────────────────────────────────────
 
     def _span(self, span: ReadableSpan, model: ProofModel, frame: Frame, issues: Issues,
               witness: bool, rounds: _Rounds) -> bool:
         name = span.name
+        events: Sequence[Event] = span.events
         if name == SpanName.LAYER:
+            rounds.others = []
             if not self._layer(span, model, frame, issues, witness, rounds):
                 return False
             area = "gkr"
+            events = rounds.others  # set aside by the round loop: one pass over the events
         elif name == SpanName.PROOF:
             self._proof(span, model, frame)
             area = "proof"
@@ -381,7 +391,7 @@ class SpanTranslator:
         else:  # SpanName.VERIFY
             self._verify(span, model, frame)
             area = "proof"
-        self._common_events(span, model, frame, issues, area)
+        self._common_events(span, events, model, frame, issues, area)
         return True
 
     def _proof(self, span: ReadableSpan, model: ProofModel, frame: Frame) -> None:
@@ -500,10 +510,10 @@ class SpanTranslator:
         radius = layout.node_radius(cost)
         label = f"{kind} [{index}]"
         took = _ms(start, end)
-        frame.points(NODES, start, [Node(pos, layout.kind_rgba(kind), radius, f"{label} · {p}")],
-                     layer=index, show_labels=False)
-        frame.points(f"gkr/walk/{p}/cursor", start,
-                     [Node(pos, layout.CURSOR, radius + layout.CURSOR_MARGIN, f"proving {label}")])
+        frame.point(NODES, start, Node(pos, layout.kind_rgba(kind), radius, f"{label} · {p}"),
+                    layer=index, show_labels=False)
+        frame.point(f"gkr/walk/{p}/cursor", start,
+                    Node(pos, layout.CURSOR, radius + layout.CURSOR_MARGIN, f"proving {label}"))
         logs = f"logs/gkr/{p}"
         hw = a.get(Attr.HW_ID)
         frame.text(logs, start, _text(
@@ -514,10 +524,10 @@ class SpanTranslator:
         done = self._rounds(span, index, total, pos, start, end, acc, frame, logs, issues)
 
         model.add_layer(LayerSummary(index, kind, start, end, ok))
-        frame.points(NODES, end, [Node(pos, layout.PROVED_SHELL if ok else layout.FAILED_SHELL,
-                                       radius * layout.SHELL_SCALE,
-                                       f"{label} · {p} {'proved' if ok else 'FAILED'} in {took}")],
-                     layer=index, show_labels=False)
+        frame.point(NODES, end, Node(pos, layout.PROVED_SHELL if ok else layout.FAILED_SHELL,
+                                     radius * layout.SHELL_SCALE,
+                                     f"{label} · {p} {'proved' if ok else 'FAILED'} in {took}"),
+                    layer=index, show_labels=False)
         if ok:
             frame.text(logs, end, _text(f"[{index}] proved {kind} in {took} ({done}/{total} "
                                         f"rounds) claim={_short(_str(a, Attr.CLAIM_FINAL))}"),
@@ -543,8 +553,10 @@ class SpanTranslator:
         round_key, claim_key, error_key = Attr.SUMCHECK_ROUND, Attr.CLAIM, Attr.ERROR_TYPE
         name = EventName.SUMCHECK_ROUND
         # The hot loop of a batch: one pass, plain dicts, the fingerprint's fast path inline.
+        others = acc.others
         for ev in span.events:
             if ev.name != name:
+                others.append(ev)
                 continue
             a = ev.attributes
             try:
@@ -724,15 +736,15 @@ class SpanTranslator:
         start, end = _times(span)
         frame.text(f"logs/proof/{model.key}", end,
                    _text(f"span {span.name}: {_ms(start, end)}"), _level(span, "DEBUG"))
-        self._common_events(span, model, frame, issues, "proof")
+        self._common_events(span, span.events, model, frame, issues, "proof")
 
     # ── events any span may carry ────────────────────────────────────────────────────
 
-    def _common_events(self, span: ReadableSpan, model: ProofModel, frame: Frame,
-                       issues: Issues, area: str) -> None:
+    def _common_events(self, span: ReadableSpan, events: Sequence[Event], model: ProofModel,
+                       frame: Frame, issues: Issues, area: str) -> None:
         _, end = _times(span)
         p = model.key
-        for ev in span.events:
+        for ev in events:
             name = ev.name
             if name == EventName.SUMCHECK_ROUND:
                 continue
