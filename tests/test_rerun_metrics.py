@@ -151,3 +151,30 @@ def test_spans_and_metrics_share_one_recording(tmp_path: Path) -> None:
     proof_series = [p for p in rec.paths() if p.startswith("/proof/layer_duration/")]
     assert proof_series == ["/proof/layer_duration/cpu_MatMul_gkr"]
     assert DROPS.total() == 0
+
+
+def test_configure_pipeline_draws_spans_and_metrics(tmp_path: Path) -> None:
+    """The lead's configure(): Rerun next to the file sinks, one recording, nothing lost."""
+    from otel_proofscope.pipeline.config import configure
+
+    out = tmp_path / "live.rrd"
+    telemetry = configure(service_name="rerun-test", out_dir=tmp_path / "otlp",
+                          rerun=f"file:{out}", set_global=False, handle_sigterm=False)
+    tracer = telemetry.tracer
+    with tracer.proof(system="gkr", layers=2) as proof:
+        for i in (1, 0):
+            with tracer.layer(index=i, kind="MatMul", rounds=2, claim_initial=(1, 2, 3, 4)):
+                tracer.sumcheck_round(0, [(1, 0, 0, 0), (2, 0, 0, 0), (3, 0, 0, 0)],
+                                      (5, 0, 0, 0))
+                tracer.sumcheck_round(1, [(2, 0, 0, 0), (3, 0, 0, 0), (4, 0, 0, 0)],
+                                      (6, 0, 0, 0))
+        proof.set_result(layer_proofs=2, verified=True)
+    report = telemetry.shutdown()
+    assert not report.timed_out
+    assert DROPS.total(sink="rerun") == 0
+    rec = readback.read(out)
+    [key] = [p.rsplit("/", 1)[-1] for p in rec.paths() if p.startswith("/gkr/claim/")]
+    assert len(rec.rows(f"/gkr/claim/{key}")) == 4
+    assert rec.rows(f"/proof/progress/{key}")[-1].values["Scalars:scalars"] == [1.0]
+    # The pipeline's own instruments arrive through the metric exporter.
+    assert any(p.startswith("/proof/layer_duration/") for p in rec.paths())
