@@ -19,6 +19,7 @@ Prints a markdown table; figures go in benchmarks/README.md.
 from __future__ import annotations
 
 import argparse
+import gc
 import statistics
 import tempfile
 import time
@@ -211,11 +212,16 @@ def main(argv: Sequence[str] | None = None) -> None:
     calls = 0
     with tempfile.TemporaryDirectory() as tmp:
         d = Path(tmp)
-        # Interleaved, so a change in machine load hits both sides alike.
-        for _ in range(args.repeats):
-            naive_t.append(naive_s(spans, d / "naive.rrd"))
-            t, calls = columnar_s(spans, d / "columnar.rrd")
-            col_t.append(t)
+        # Interleaved (alternating which goes first), each after a full collection, so
+        # machine load and the other side's garbage hit both alike.
+        for r in range(args.repeats):
+            for side in ((0, 1) if r % 2 == 0 else (1, 0)):
+                gc.collect()
+                if side == 0:
+                    naive_t.append(naive_s(spans, d / "naive.rrd"))
+                else:
+                    t, calls = columnar_s(spans, d / "columnar.rrd")
+                    col_t.append(t)
 
         def with_simple(p: TracerProvider) -> None:
             p.add_span_processor(SimpleSpanProcessor(
