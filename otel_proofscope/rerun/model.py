@@ -55,9 +55,10 @@ class ProofModel:
     placed: bool = False
     witness_styled: bool = False
 
-    @property
-    def offset(self) -> tuple[float, float, float]:
-        return proof_offset(self.ordinal)
+    offset: tuple[float, float, float] = (0.0, 0.0, 0.0)  # set from the ordinal
+
+    def __post_init__(self) -> None:
+        self.offset = proof_offset(self.ordinal)
 
     def proved_neighbours(self, index: int) -> list[LayerSummary]:
         """Proved layers adjacent to ``index`` (for the progress trail)."""
