@@ -309,8 +309,15 @@ def test_replay_writes_a_rerun_recording(tmp_path: Path) -> None:
         timeout=120, env={k: v for k, v in os.environ.items() if not k.startswith("OTEL_")})
     assert proc.returncode == 0, proc.stderr
     paths = {str(c.entity_path) for c in RrdReader(str(rrd)).stream().collect().stream()}
-    walked = {int(m.group(1)) for p in paths if (m := re.search(r"/gkr/walk/.*/layer_(\d+)$", p))}
+    from otel_proofscope.rerun import readback
+
+    labels = readback.read(rrd).values("/gkr/walk/nodes", "Points3D:labels")
+    walked = {int(m.group(1)) for row in labels for label in row
+              if (m := re.search(r"\[(\d+)\]", label))}
     assert walked == {0, 1, 2, 3, 4, 5}
+    # replay times are not the prover's: no duration series for this proof
+    assert not [p for p in paths if "layer_seconds" in p or "round_ms" in p
+                or "binding_ms" in p]
     assert any(re.search(r"^/circuit/.*/edges$", p) for p in paths)
     assert any(p.startswith("/logs/") for p in paths)
     # The stream's fake "utilization" must not turn into a GPU plot.

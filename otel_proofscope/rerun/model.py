@@ -54,6 +54,9 @@ class ProofModel:
     sent: dict[str, dict[int, Hashable]] = field(default_factory=dict)
     placed: bool = False
     witness_styled: bool = False
+    #: Span times are replay times (a recorded proof-stream), not the prover's: no
+    #: duration of this proof is plotted, since none was measured.
+    replayed: bool = False
 
     offset: tuple[float, float, float] = (0.0, 0.0, 0.0)  # set from the ordinal
 

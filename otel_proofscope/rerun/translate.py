@@ -82,6 +82,9 @@ _LOG_LEVELS = {"Trace": "TRACE", "Debug": "DEBUG", "Info": "INFO", "Warn": "WARN
                "Error": "ERROR"}
 
 _KINDS = frozenset(k.value for k in LayerKind)
+#: Set by the proof-stream bridge: "replay" means span times are not the prover's.
+STREAM_TIMING = "proofscope.stream.timing"
+
 _OURS = frozenset({SpanName.PROOF, SpanName.CIRCUIT_COMPILE, SpanName.LAYER,
                    SpanName.WEIGHT_OPENING, SpanName.AGGREGATED_BINDING, SpanName.STARK,
                    SpanName.VERIFY})
@@ -151,7 +154,9 @@ def _times(span: ReadableSpan) -> tuple[int, int]:
     return start, max(end, start)
 
 
-def _ms(start: int, end: int) -> str:
+def _ms(start: int, end: int, replayed: bool = False) -> str:
+    if replayed:  # span times of a replayed stream are not the prover's
+        return "an unmeasured time (replayed stream)"
     return f"{(end - start) / 1e6:.1f} ms"
 
 
@@ -255,6 +260,8 @@ class SpanTranslator:
                 continue
             model = self.proofs.get(ctx.trace_id)
             touched[ctx.trace_id] = model
+            if (span.attributes or {}).get(STREAM_TIMING) == "replay":
+                model.replayed = True
             try:
                 self._place(model, frame)
                 acc = rounds.get(ctx.trace_id)
@@ -300,9 +307,11 @@ class SpanTranslator:
             names=[f"claim fingerprint {p}: limb0 mod (2^31-1) / (2^31-1), not a magnitude"]))
         frame.static(f"gkr/remaining/{p}", rr.SeriesLines(
             names=[f"sumcheck variables left (fraction) {p}"]))
-        frame.static(f"gkr/round_ms/{p}", rr.SeriesPoints(names=[f"round wall time ms {p}"]))
         frame.static(f"proof/progress/{p}", rr.SeriesLines(names=[f"layers done (fraction) {p}"],
                                                            colors=[0x00E676FF]))
+        if model.replayed:  # no measured durations: no duration series at all
+            return
+        frame.static(f"gkr/round_ms/{p}", rr.SeriesPoints(names=[f"round wall time ms {p}"]))
         frame.static(f"proof/binding_ms/{p}", rr.SeriesPoints(
             names=[f"aggregated binding ms {p}"]))
 
@@ -316,7 +325,7 @@ class SpanTranslator:
         p = model.key
         for t, value in model.diff("progress", list(progress_rows(model))):
             frame.scalar(f"proof/progress/{p}", t, float(value))  # type: ignore[arg-type]
-        for kind, rows in kind_seconds_rows(model).items():
+        for kind, rows in ({} if model.replayed else kind_seconds_rows(model)).items():
             # x = layer index over the whole proof, so every kind shares one axis. A
             # summary chart: one row per batch (its latest state) is what the live view
             # shows too, and a tensor per layer would be the costliest conversion here.
@@ -358,8 +367,11 @@ class SpanTranslator:
         prev[1:] = t[:-1]
         prev[firsts] = np.asarray([b[3] for b in blocks], dtype=np.int64)
         dt = np.maximum(t - prev, 0).astype(np.float64)
+        if model.replayed:  # replay times are not round times: uniform bars, no series
+            dt[:] = 0.0
         remaining = total - rnd - 1
-        frame.scalars(f"gkr/round_ms/{p}", t, dt / 1e6, layer=layer, rnd=rnd)
+        if not model.replayed:
+            frame.scalars(f"gkr/round_ms/{p}", t, dt / 1e6, layer=layer, rnd=rnd)
         known = (total > 0) & (remaining >= 0)
         frame.scalars(f"gkr/remaining/{p}", t[known], remaining[known] / total[known],
                       layer=layer[known], rnd=rnd[known])
@@ -489,7 +501,7 @@ class SpanTranslator:
                 frame.strips(f"circuit/{p}/edges", end, strips, colour=layout.EDGE, radius=0.025)
         n_edges = len(_seq(a, Attr.CIRCUIT_EDGE_FROM))
         frame.text(f"logs/proof/{p}", end,
-                   f"circuit compiled in {_ms(start, end)}: {len(nodes)} nodes, {n_edges} edges")
+                   f"circuit compiled in {_ms(start, end, model.replayed)}: {len(nodes)} nodes, {n_edges} edges")
 
     def _edges(self, a: Mapping[str, Any], nodes: dict[int, tuple[str, int | None]],
                off: layout.Vec3, issues: Issues) -> list[list[layout.Vec3]]:
@@ -526,7 +538,7 @@ class SpanTranslator:
         pos = layout.node_position(index, kind, model.offset)
         radius = layout.node_radius(cost)
         label = f"{kind} [{index}]"
-        took = _ms(start, end)
+        took = _ms(start, end, model.replayed)
         frame.point(NODES, start, Node(pos, layout.kind_rgba(kind), radius, f"{label} · {p}"),
                     layer=index, show_labels=False)
         frame.point(f"gkr/walk/{p}/cursor", start,
@@ -713,7 +725,7 @@ class SpanTranslator:
         frame.text(logs, start, _text(f"weight opening node={_fmt(node)} eval point length="
                                       f"{_fmt(a.get(Attr.WEIGHT_EVAL_POINT_LENGTH, '?'))}"))
         commitment = _str(a, Attr.WEIGHT_COMMITMENT)
-        frame.text(logs, end, _text(f"weight opening node={_fmt(node)} done in {_ms(start, end)}"
+        frame.text(logs, end, _text(f"weight opening node={_fmt(node)} done in {_ms(start, end, model.replayed)}"
                                     + (f" commitment={commitment}" if commitment else "")),
                    _level(span))
 
@@ -724,10 +736,11 @@ class SpanTranslator:
         frame.text(logs, start, f"aggregated binding: {_fmt(a.get(Attr.BINDING_CLAIMS, '?'))} "
                                 f"claims, {_fmt(a.get(Attr.BINDING_MATRICES, '?'))} matrices")
         felts = a.get(Attr.BINDING_CALLDATA_FELTS)
-        frame.text(logs, end, f"aggregated binding done in {_ms(start, end)}"
+        frame.text(logs, end, f"aggregated binding done in {_ms(start, end, model.replayed)}"
                    + (f", ~{_fmt(felts)} calldata felts" if felts is not None else ""),
                    _level(span))
-        frame.scalar(f"proof/binding_ms/{model.key}", end, (end - start) / 1e6)
+        if not model.replayed:
+            frame.scalar(f"proof/binding_ms/{model.key}", end, (end - start) / 1e6)
 
     def _stark(self, span: ReadableSpan, model: ProofModel, frame: Frame) -> None:
         a = span.attributes or {}
@@ -737,7 +750,7 @@ class SpanTranslator:
                    f"{_fmt(a.get(Attr.STARK_ACTIVATION_LAYERS, '?'))} add="
                    f"{_fmt(a.get(Attr.STARK_ADD_LAYERS, '?'))} layernorm="
                    f"{_fmt(a.get(Attr.STARK_LAYERNORM_LAYERS, '?'))}")
-        frame.text(logs, end, f"STARK proof done in {_ms(start, end)}", _level(span))
+        frame.text(logs, end, f"STARK proof done in {_ms(start, end, model.replayed)}", _level(span))
 
     def _verify(self, span: ReadableSpan, model: ProofModel, frame: Frame) -> None:
         a = span.attributes or {}
@@ -746,13 +759,13 @@ class SpanTranslator:
         ok = verified is not False and span.status.status_code is not StatusCode.ERROR
         word = "verified" if verified is True else "REJECTED" if verified is False else "finished"
         frame.text(f"logs/proof/{model.key}", end,
-                   f"verification {word} in {_ms(start, end)}", "INFO" if ok else "ERROR")
+                   f"verification {word} in {_ms(start, end, model.replayed)}", "INFO" if ok else "ERROR")
 
     def _foreign(self, span: ReadableSpan, model: ProofModel, frame: Frame,
                  issues: Issues) -> None:
         start, end = _times(span)
         frame.text(f"logs/proof/{model.key}", end,
-                   _text(f"span {span.name}: {_ms(start, end)}"), _level(span, "DEBUG"))
+                   _text(f"span {span.name}: {_ms(start, end, model.replayed)}"), _level(span, "DEBUG"))
         self._common_events(span, span.events, model, frame, issues, "proof")
 
     # ── events any span may carry ────────────────────────────────────────────────────
