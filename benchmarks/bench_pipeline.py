@@ -34,7 +34,7 @@ class Receiver(trace_service_pb2_grpc.TraceServiceServicer):  # type: ignore[mis
         self.spans = 0
         self.lock = threading.Lock()
 
-    def Export(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
+    def Export(self, request, context):  # type: ignore[no-untyped-def]
         n = sum(len(ss.spans) for rs in request.resource_spans for ss in rs.scope_spans)
         with self.lock:
             self.spans += n

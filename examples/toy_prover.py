@@ -23,7 +23,8 @@ def toy_sumcheck(values: list[int], tracer: ps.ProofTracer) -> int:
         half = len(values) // 2
         g0 = sum(values[:half]) % P
         g1 = sum(values[half:]) % P
-        values = [(a + challenge * (b - a)) % P for a, b in zip(values[:half], values[half:], strict=True)]
+        low, high = values[:half], values[half:]
+        values = [(a + challenge * (b - a)) % P for a, b in zip(low, high, strict=True)]
         claim = (g0 + challenge * (g1 - g0)) % P
         # Evaluations g(0), g(1): a reader checks g(0) + g(1) == previous claim.
         tracer.sumcheck_round(r, poly=(g0, g1), claim=claim)

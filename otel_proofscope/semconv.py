@@ -103,6 +103,11 @@ class Attr:
     PROOFSCOPE_REASON = "reason"
     PROOFSCOPE_FIELD = "proofscope.field"
 
+    # proof.log events (a prover's or a bridged producer's log lines on the active span)
+    LOG_LEVEL = "proof.log.level"
+    LOG_MESSAGE = "proof.log.message"
+    LOG_LOGGER = "proof.log.logger"
+
     # Provenance of values that are not what their name suggests (bridge input).
     PROOFSCOPE_NOTE = "proofscope.note"
 
@@ -207,6 +212,7 @@ class DropReason(StrEnum):
     SPAN_LIMIT = "span_limit"
     INVALID = "invalid"
     SINK_UNAVAILABLE = "sink_unavailable"
+    UNAUTHENTICATED = "unauthenticated"
 
 
 # ── metrics ──────────────────────────────────────────────────────────────────────────
@@ -409,6 +415,8 @@ EVENTS: tuple[EventDef, ...] = (
     EventDef(EventName.ATTENTION_HEATMAP, "Attention scores of one head (seq_len × seq_len)",
              (Attr.LAYER_INDEX, Attr.ATTENTION_HEAD, Attr.ATTENTION_HEADS,
               Attr.ATTENTION_SEQ_LEN, Attr.ATTENTION_SCORES), witness=True),
+    EventDef(EventName.LOG, "A log line of the prover (or a bridged producer) on the active "
+             "span", (Attr.LOG_LEVEL, Attr.LOG_MESSAGE, Attr.LOG_LOGGER)),
     EventDef(EventName.GPU_ADAPTER_ACQUIRED, "GPU identity, on the first dispatch of a runtime",
              (Attr.GPU_BACKEND, *_HW, Attr.GPU_PCI_VENDOR_ID, Attr.GPU_PCI_DEVICE_ID)),
     EventDef(EventName.GPU_CAPABILITY_UNSUPPORTED, "A metric this backend cannot give, and why",

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import json
-import time
 import logging
 import os
 import re
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path

@@ -220,7 +220,7 @@ class _Collector:
         outer = self
 
         class Servicer(trace_service_pb2_grpc.TraceServiceServicer):  # type: ignore[misc]
-            def Export(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
+            def Export(self, request, context):  # type: ignore[no-untyped-def]
                 outer.span_ids += [s.span_id for rs in request.resource_spans
                                    for ss in rs.scope_spans for s in ss.spans]
                 return trace_service_pb2.ExportTraceServiceResponse()

@@ -33,7 +33,7 @@ def test_design_contract_names_present() -> None:
     assert {s.name for s in semconv.SPANS} == {
         "proof", "proof.circuit.compile", "proof.layer", "proof.weight_opening",
         "proof.aggregated_binding", "proof.stark", "proof.verify"}
-    assert semconv.WITNESS_EVENTS == {"proof.layer.activation", "proof.attention.heatmap"}
+    assert {"proof.layer.activation", "proof.attention.heatmap"} == semconv.WITNESS_EVENTS
 
 
 def test_every_duration_histogram_has_seconds_buckets() -> None:

@@ -76,8 +76,8 @@ MAX_ATTENTION_SIDE = 64
 MAX_TEXT = 500
 
 # proof.log events (proof-stream bridge, EZKL log bridge); not yet in semconv.Attr.
-_LOG_LEVEL = "proof.log.level"
-_LOG_MESSAGE = "proof.log.message"
+_LOG_LEVEL = Attr.LOG_LEVEL
+_LOG_MESSAGE = Attr.LOG_MESSAGE
 _LOG_LEVELS = {"Trace": "TRACE", "Debug": "DEBUG", "Info": "INFO", "Warn": "WARN",
                "Error": "ERROR"}
 
@@ -500,8 +500,9 @@ class SpanTranslator:
             if strips:
                 frame.strips(f"circuit/{p}/edges", end, strips, colour=layout.EDGE, radius=0.025)
         n_edges = len(_seq(a, Attr.CIRCUIT_EDGE_FROM))
+        took = _ms(start, end, model.replayed)
         frame.text(f"logs/proof/{p}", end,
-                   f"circuit compiled in {_ms(start, end, model.replayed)}: {len(nodes)} nodes, {n_edges} edges")
+                   f"circuit compiled in {took}: {len(nodes)} nodes, {n_edges} edges")
 
     def _edges(self, a: Mapping[str, Any], nodes: dict[int, tuple[str, int | None]],
                off: layout.Vec3, issues: Issues) -> list[list[layout.Vec3]]:
@@ -725,7 +726,8 @@ class SpanTranslator:
         frame.text(logs, start, _text(f"weight opening node={_fmt(node)} eval point length="
                                       f"{_fmt(a.get(Attr.WEIGHT_EVAL_POINT_LENGTH, '?'))}"))
         commitment = _str(a, Attr.WEIGHT_COMMITMENT)
-        frame.text(logs, end, _text(f"weight opening node={_fmt(node)} done in {_ms(start, end, model.replayed)}"
+        took = _ms(start, end, model.replayed)
+        frame.text(logs, end, _text(f"weight opening node={_fmt(node)} done in {took}"
                                     + (f" commitment={commitment}" if commitment else "")),
                    _level(span))
 
@@ -750,7 +752,8 @@ class SpanTranslator:
                    f"{_fmt(a.get(Attr.STARK_ACTIVATION_LAYERS, '?'))} add="
                    f"{_fmt(a.get(Attr.STARK_ADD_LAYERS, '?'))} layernorm="
                    f"{_fmt(a.get(Attr.STARK_LAYERNORM_LAYERS, '?'))}")
-        frame.text(logs, end, f"STARK proof done in {_ms(start, end, model.replayed)}", _level(span))
+        frame.text(logs, end, f"STARK proof done in {_ms(start, end, model.replayed)}",
+                   _level(span))
 
     def _verify(self, span: ReadableSpan, model: ProofModel, frame: Frame) -> None:
         a = span.attributes or {}
@@ -759,13 +762,15 @@ class SpanTranslator:
         ok = verified is not False and span.status.status_code is not StatusCode.ERROR
         word = "verified" if verified is True else "REJECTED" if verified is False else "finished"
         frame.text(f"logs/proof/{model.key}", end,
-                   f"verification {word} in {_ms(start, end, model.replayed)}", "INFO" if ok else "ERROR")
+                   f"verification {word} in {_ms(start, end, model.replayed)}",
+                   "INFO" if ok else "ERROR")
 
     def _foreign(self, span: ReadableSpan, model: ProofModel, frame: Frame,
                  issues: Issues) -> None:
         start, end = _times(span)
         frame.text(f"logs/proof/{model.key}", end,
-                   _text(f"span {span.name}: {_ms(start, end, model.replayed)}"), _level(span, "DEBUG"))
+                   _text(f"span {span.name}: {_ms(start, end, model.replayed)}"),
+                   _level(span, "DEBUG"))
         self._common_events(span, span.events, model, frame, issues, "proof")
 
     # ── events any span may carry ────────────────────────────────────────────────────

@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from opentelemetry import trace
 from opentelemetry.trace import Span
 
-from otel_proofscope.semconv import EventName
+from otel_proofscope.semconv import Attr, EventName
 
 #: Loggers EZKL's Rust side logs to.
 DEFAULT_LOGGERS: tuple[str, ...] = ("ezkl", "halo2_proofs")
@@ -30,9 +30,9 @@ DEFAULT_LOGGERS: tuple[str, ...] = ("ezkl", "halo2_proofs")
 class LogAttr:
     """Attributes of a ``proof.log`` event (same names as the proof-stream bridge)."""
 
-    LEVEL = "proof.log.level"
-    MESSAGE = "proof.log.message"
-    LOGGER = "proof.log.logger"
+    LEVEL = Attr.LOG_LEVEL
+    MESSAGE = Attr.LOG_MESSAGE
+    LOGGER = Attr.LOG_LOGGER
 
 
 #: Longest message kept on an event (EZKL can log whole tables at DEBUG).

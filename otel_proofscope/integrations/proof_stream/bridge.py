@@ -96,8 +96,8 @@ class StreamAttr:
     MATMUL_TOTAL = "proofscope.stream.matmul_total"
     LAYERS_DONE = "proofscope.stream.layers_done"
     LAYERS_TOTAL = "proofscope.stream.layers_total"
-    LOG_LEVEL = "proof.log.level"
-    LOG_MESSAGE = "proof.log.message"
+    LOG_LEVEL = Attr.LOG_LEVEL
+    LOG_MESSAGE = Attr.LOG_MESSAGE
 
 
 class StreamEvent:
