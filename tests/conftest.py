@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from metric_helpers import metric_points
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
@@ -39,15 +40,7 @@ class Pipeline:
         return list(self.memory.get_finished_spans())
 
     def metric_points(self) -> dict[str, list]:  # type: ignore[type-arg]
-        data = self.metrics.get_metrics_data()
-        out: dict[str, list] = {}  # type: ignore[type-arg]
-        if data is None:
-            return out
-        for rm in data.resource_metrics:
-            for sm in rm.scope_metrics:
-                for m in sm.metrics:
-                    out.setdefault(m.name, []).extend(m.data.data_points)
-        return out
+        return metric_points(self.metrics)
 
 
 @pytest.fixture

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from metric_helpers import metric_points
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
@@ -51,15 +52,7 @@ class Env:
                           claims=self.claims, **kw)
 
     def points(self) -> dict[str, list[Any]]:
-        out: dict[str, list[Any]] = {}
-        data = self.reader.get_metrics_data()
-        if data is None:
-            return out
-        for rm in data.resource_metrics:
-            for sm in rm.scope_metrics:
-                for m in sm.metrics:
-                    out.setdefault(m.name, []).extend(m.data.data_points)
-        return out
+        return metric_points(self.reader)
 
     def one(self, name: str) -> Any:
         pts = self.points()[name]

@@ -15,6 +15,7 @@ from typing import Any
 import pynvml
 import pytest
 from fake_pynvml import IMPLEMENTED, FakeGpu, FakeNvml
+from metric_helpers import metric_points
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
@@ -50,15 +51,7 @@ class Env:
         return s
 
     def points(self) -> dict[str, list[Any]]:
-        out: dict[str, list[Any]] = {}
-        data = self.reader.get_metrics_data()
-        if data is None:
-            return out
-        for rm in data.resource_metrics:
-            for sm in rm.scope_metrics:
-                for m in sm.metrics:
-                    out.setdefault(m.name, []).extend(m.data.data_points)
-        return out
+        return metric_points(self.reader)
 
 
 def by_device(points: list[Any], *extra: str) -> dict[tuple[Any, ...], Any]:

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from metric_helpers import metric_points
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
@@ -65,13 +66,7 @@ class Env:
         return WgpuMatmul(dev, **kw)
 
     def points(self) -> dict[str, list[Any]]:
-        out: dict[str, list[Any]] = {}
-        data = self.reader.get_metrics_data()
-        for rm in data.resource_metrics if data else ():
-            for sm in rm.scope_metrics:
-                for m in sm.metrics:
-                    out.setdefault(m.name, []).extend(m.data.data_points)
-        return out
+        return metric_points(self.reader)
 
 
 @pytest.fixture
