@@ -71,7 +71,7 @@ def provider() -> TracerProvider:
     return tp
 
 
-def on_cost_api() -> float:
+def on_cost_api() -> Callable[[], float]:
     tracer = ProofTracer(provider())
     rnd = tracer.sumcheck_round
 
@@ -82,10 +82,10 @@ def on_cost_api() -> float:
                 rnd(i, POLY, CLAIM)
             return (time.perf_counter() - start) / ROUNDS_ON
 
-    return statistics.median(run() for _ in range(7))
+    return run
 
 
-def on_cost_raw() -> float:
+def on_cost_raw() -> Callable[[], float]:
     """Bare OTel: span.add_event with the same attributes, built inline from the same data."""
     tracer = provider().get_tracer("bench")
 
@@ -101,10 +101,10 @@ def on_cost_raw() -> float:
                 })
             return (time.perf_counter() - start) / ROUNDS_ON
 
-    return statistics.median(run() for _ in range(7))
+    return run
 
 
-def on_cost_raw_prebuilt() -> float:
+def on_cost_raw_prebuilt() -> Callable[[], float]:
     """Bare OTel with the attribute strings already built (a lower bound)."""
     tracer = provider().get_tracer("bench")
     attrs = {Attr.SUMCHECK_ROUND: 0, Attr.SUMCHECK_DEGREE: 2,
@@ -117,27 +117,36 @@ def on_cost_raw_prebuilt() -> float:
                 span.add_event(EventName.SUMCHECK_ROUND, attrs)
             return (time.perf_counter() - start) / ROUNDS_ON
 
-    return statistics.median(run() for _ in range(7))
+    return run
+
+
+def interleaved(runs: list[Callable[[], float]], repeats: int = 9) -> list[list[float]]:
+    """Alternate the variants so machine noise hits them alike."""
+    samples: list[list[float]] = [[] for _ in runs]
+    for _ in range(repeats):
+        for i, run in enumerate(runs):
+            samples[i].append(run())
+    return samples
 
 
 def main() -> int:
     assert instrumentation._active_layers == 0
     off = off_cost()
     off_layer = off_cost_in_noop_layer()
-    api = on_cost_api()
-    raw = on_cost_raw()
-    raw_pre = on_cost_raw_prebuilt()
+    api_s, raw_s, pre_s = interleaved([on_cost_api(), on_cost_raw(), on_cost_raw_prebuilt()])
+    api, raw, raw_pre = (statistics.median(x) for x in (api_s, raw_s, pre_s))
+    ratio = statistics.median(a / r for a, r in zip(api_s, raw_s, strict=True))
     print("| measurement | value | target |")
     print("|---|---|---|")
     print(f"| 1M `sumcheck_round`, telemetry off | {off * 1e3:.0f} ms | < 150 ms |")
-    print(f"| 1M `sumcheck_round` in a no-op layer, lazy payload | {off_layer * 1e3:.0f} ms "
-          "| < 150 ms |")
+    print(f"| 1M `sumcheck_round` in a no-op layer, payload as lambdas | {off_layer * 1e3:.0f} ms "
+          "| — (the caller's lambda allocation) |")
     print(f"| round, telemetry on (API) | {api * 1e6:.2f} µs | |")
     print(f"| round, raw `span.add_event` (same attributes, built inline) | {raw * 1e6:.2f} µs "
           "| |")
     print(f"| round, raw `span.add_event` (attributes prebuilt) | {raw_pre * 1e6:.2f} µs | |")
-    print(f"| API / raw ratio | {api / raw:.2f}x | <= 1.3x |")
-    ok = off < 0.150 and api / raw <= 1.3
+    print(f"| API / raw ratio (median of paired runs) | {ratio:.2f}x | <= 1.3x |")
+    ok = off < 0.150 and ratio <= 1.3
     return 0 if ok or "--no-check" in sys.argv else 1
 
 
