@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 import os
 import signal
 import socket
@@ -76,3 +77,78 @@ def test_memory_stays_bounded_against_a_dead_collector() -> None:
     growth, dropped = (int(x) for x in out.stdout.split())
     assert growth <= 64 * 2**20, f"RSS grew {growth / 2**20:.1f} MiB"
     assert dropped == n + 2  # every span of the run, nothing delivered, nothing unaccounted
+
+
+@pytest.mark.parametrize("where", ["under-a-file", "disk-full"])
+def test_unwritable_rrd_is_reported_counted_and_otlp_continues(
+        tmp_path: Path, where: str, caplog: pytest.LogCaptureFixture) -> None:
+    from otel_proofscope.pipeline.config import configure
+    from otel_proofscope.pipeline.drops import DROPS
+
+    (tmp_path / "file").write_text("not a directory")
+    target = (f"file:{tmp_path / 'file' / 'x.rrd'}" if where == "under-a-file"
+              else "file:/dev/full")
+    telemetry = configure(out_dir=tmp_path / "out", rerun=target, set_global=False)
+    spans = events = 0
+    with telemetry.tracer.proof(system="gkr"):
+        spans += 1
+        for i in range(3):
+            with telemetry.tracer.layer(index=i, kind="MatMul", rounds=2):
+                spans += 1
+                for r in range(2):
+                    telemetry.tracer.sumcheck_round(r, [1, 2], 3)
+                    events += 1
+    report = telemetry.shutdown()
+    assert report.spans_exported == {"file": spans, "rerun": 0}
+    assert report.events_exported == {"file": events, "rerun": 0}
+    assert DROPS.total(signal="spans", sink="rerun") == spans
+    assert DROPS.total(signal="span_events", sink="rerun") == events
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"
+                and target.removeprefix("file:") in r.getMessage()]
+    assert len(warnings) == 1 and "OTLP export is unaffected" in warnings[0]
+    lines = (tmp_path / "out" / "traces.jsonl").read_text().splitlines()
+    assert sum(len(ss["spans"]) for line in lines for rs in json.loads(line)["resourceSpans"]
+               for ss in rs["scopeSpans"]) == spans
+
+
+def test_metric_log_and_summary_agree_with_ground_truth(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The three views of a loss — proofscope.dropped, the log line, the exit summary."""
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    from metric_helpers import metric_points
+    from otel_proofscope.pipeline.config import configure
+    from otel_proofscope.pipeline.drops import DROPS
+    from otel_proofscope.semconv import Attr
+
+    reader = InMemoryMetricReader()
+    telemetry = configure(out_dir=tmp_path, rerun="off", set_global=False,
+                          max_queue_size=10, metric_readers=[reader])
+    processor = next(p for p in telemetry.span_processors if p.sink == "file")
+    blocked = threading.Event()
+    original = processor.exporter.export
+
+    def slow_export(batch):  # type: ignore[no-untyped-def]
+        blocked.wait(10)
+        return original(batch)
+
+    processor.exporter.export = slow_export  # type: ignore[method-assign]
+    tracer = telemetry.tracer
+    with tracer.proof(system="gkr"):  # 1 span, starts the worker, which then blocks
+        pass
+    time.sleep(0.7)
+    produced = 0
+    for _ in range(25):
+        with tracer.proof(system="gkr"):
+            produced += 1
+    expected = produced - 10  # the queue holds 10
+    (point,) = [p for p in metric_points(reader)["proofscope.dropped"]
+                if p.attributes[Attr.PROOFSCOPE_SINK] == "file"
+                and p.attributes[Attr.PROOFSCOPE_SIGNAL] == "spans"]
+    assert point.value == expected == DROPS.total(signal="spans", sink="file")
+    logged = [r.getMessage() for r in caplog.records if r.name == "otel_proofscope.drops"]
+    assert len(logged) == 1 and "dropped telemetry: 1 so far" in logged[0]  # rate-limited
+    blocked.set()
+    report = telemetry.shutdown()
+    assert f"  {expected} spans → file (queue_full)" in report.lines()
+    assert report.spans_exported["file"] == 1 + 10

@@ -258,11 +258,13 @@ class Telemetry:
     def _make_report(self, budget: float, timed_out: bool) -> ShutdownReport:
         from otel_proofscope.pipeline.drops import REJECTIONS
 
+        delivered = {p.sink: p.stats.delivered(self.ledger, p.sink)
+                     for p in self.span_processors}
         return ShutdownReport(
             duration_s=budget,
-            spans_exported={p.sink: p.stats.spans for p in self.span_processors},
-            events_exported={p.sink: p.stats.events for p in self.span_processors},
-            metric_points_exported={e.sink: e.points_exported for e in self.metric_exporters},
+            spans_exported={sink: d[0] for sink, d in delivered.items()},
+            events_exported={sink: d[1] for sink, d in delivered.items()},
+            metric_points_exported={e.sink: e.delivered() for e in self.metric_exporters},
             dropped=self.ledger.total(),
             drop_lines=self.ledger.summary_lines(),
             rejected=REJECTIONS.total(),

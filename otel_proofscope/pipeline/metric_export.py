@@ -37,6 +37,7 @@ class CountingMetricExporter(MetricExporter):
         self.inner = inner
         self.sink = sink
         self.points_exported = 0
+        self.points_lost = 0
         self._ledger = ledger
         self._lock = threading.Lock()
         self._in_flight = 0
@@ -47,6 +48,7 @@ class CountingMetricExporter(MetricExporter):
         n = count_points(metrics_data)
         with self._lock:
             if self._abandoned:
+                self.points_lost += n
                 self._ledger.record("metric_points", self.sink, DropReason.SHUTDOWN, n)
                 return MetricExportResult.FAILURE
             self._in_flight = n
@@ -62,13 +64,21 @@ class CountingMetricExporter(MetricExporter):
             if result == MetricExportResult.SUCCESS:
                 self.points_exported += n
             else:
+                self.points_lost += n
                 self._ledger.record("metric_points", self.sink, DropReason.EXPORT_FAILED, n)
         return result
+
+    def delivered(self) -> int:
+        """Points delivered: accepted, less what the exporter itself lost afterwards."""
+        with self._lock:
+            late = self._ledger.total(signal="metric_points", sink=self.sink) - self.points_lost
+            return self.points_exported - max(0, late)
 
     def abandon(self) -> None:
         """Shutdown deadline passed: count an export still in flight as lost."""
         with self._lock:
             if not self._abandoned and self._in_flight:
+                self.points_lost += self._in_flight
                 self._ledger.record("metric_points", self.sink, DropReason.SHUTDOWN,
                                     self._in_flight)
             self._abandoned = True

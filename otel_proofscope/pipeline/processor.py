@@ -36,14 +36,28 @@ _log = logging.getLogger(__name__)
 
 
 class ExportStats:
-    """Exported (delivered) spans and events of one sink."""
+    """Spans and events one sink's exporter accepted, and those this processor lost."""
 
-    __slots__ = ("events", "lock", "spans")
+    __slots__ = ("events", "lock", "lost_events", "lost_spans", "spans")
 
     def __init__(self) -> None:
         self.spans = 0
         self.events = 0
+        self.lost_spans = 0
+        self.lost_events = 0
         self.lock = threading.Lock()
+
+    def delivered(self, ledger: DropLedger, sink: str) -> tuple[int, int]:
+        """(spans, events) delivered: accepted, less what the exporter itself lost later.
+
+        An exporter with its own queue (Rerun) accepts a batch and may lose it
+        afterwards; it counts that in the ledger under the same sink, so whatever the
+        ledger holds beyond this processor's own losses was accepted but not delivered.
+        """
+        with self.lock:
+            late_spans = ledger.total(signal="spans", sink=sink) - self.lost_spans
+            late_events = ledger.total(signal="span_events", sink=sink) - self.lost_events
+            return self.spans - max(0, late_spans), self.events - max(0, late_events)
 
     def add(self, batch: Sequence[ReadableSpan]) -> None:
         with self.lock:
@@ -159,8 +173,11 @@ class BoundedBatchSpanProcessor(SpanProcessor):
             self._lose(batch, DropReason.EXPORT_FAILED)
 
     def _lose(self, spans: Sequence[ReadableSpan], reason: DropReason) -> None:
-        self._ledger.record("spans", self.sink, reason, len(spans))
         events = sum(len(s.events) for s in spans)
+        with self.stats.lock:
+            self.stats.lost_spans += len(spans)
+            self.stats.lost_events += events
+        self._ledger.record("spans", self.sink, reason, len(spans))
         self._ledger.record("span_events", self.sink, reason, events)
 
     # ── flush / shutdown ─────────────────────────────────────────────────────────────
