@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-import threading
 import os
 import signal
 import socket
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -114,9 +114,9 @@ def test_unwritable_rrd_is_reported_counted_and_otlp_continues(
 def test_metric_log_and_summary_agree_with_ground_truth(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """The three views of a loss — proofscope.dropped, the log line, the exit summary."""
+    from metric_helpers import metric_points
     from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-    from metric_helpers import metric_points
     from otel_proofscope.pipeline.config import configure
     from otel_proofscope.pipeline.drops import DROPS
     from otel_proofscope.semconv import Attr
