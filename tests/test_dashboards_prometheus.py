@@ -5,14 +5,19 @@ queries is a name the real OpenTelemetry Prometheus exporter renders for a metri
 ``otel_proofscope.semconv`` (or a collector spanmetrics name), label matchers only use
 that metric's attributes, and the layer-kind colours are the contract's.
 
-End to end (~20 s): the demo's reference prover proves repeatedly on the CPU and on
-wgpu (Mesa lavapipe) behind ``configure(prometheus_port=…)``, the Debian ``prometheus``
-binary scrapes both every second on 127.0.0.1 with the shipped
+End to end (~20 s): three processes run the demo's reference prover repeatedly behind
+``configure(prometheus_port=…)`` — on the CPU, on wgpu (Mesa lavapipe), and on the CPU of
+an "NVML machine" whose two NVIDIA GPUs the real NVML sampler watches through the
+pynvml stand-in of ``tests/nvml_machine.py`` (no NVIDIA driver exists here; readings
+move with a workload, NVML's counters stay monotone). The Debian ``prometheus`` binary
+scrapes all three every second on 127.0.0.1 with the shipped
 ``deploy/prometheus-direct.yml`` (targets and interval replaced), and then every PromQL
 expression of every panel and every template variable is executed over the HTTP API and
-must return finite data. Panels that only the collector's spanmetrics connector can feed are
-skipped with the reason; a GPU panel may be empty only where the backend reported the
-capability gap (``gpu.capability.unsupported``) — that is the point of the gap.
+must return finite data. Panels that only the collector's spanmetrics connector can feed
+are skipped with the reason. A GPU panel may be empty only if NO scraped process
+measures its metric and a backend reported the capability gap
+(``gpu.capability.unsupported``), or wgpu found no adapter at all; lavapipe's gaps
+excuse nothing the NVML machine measures.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ from typing import Any
 
 import pytest
 import yaml
+from nvml_machine import MACHINE as NVML_MACHINE
 
 from otel_proofscope.semconv import LAYER_KIND_COLOURS, GpuCapability, Metric
 
@@ -95,6 +101,7 @@ class PanelQuery:
     ref: str
     expr: str
     instant: bool
+    legend: str = ""
 
     @property
     def id(self) -> str:
@@ -135,7 +142,7 @@ def panel_queries() -> list[PanelQuery]:
             for t in p.get("targets", []):
                 if _is_prometheus(t.get("datasource") or p.get("datasource")):
                     out.append(PanelQuery(d["title"], p["title"], t["refId"], t["expr"],
-                                          bool(t.get("instant"))))
+                                          bool(t.get("instant")), t.get("legendFormat", "")))
     return out
 
 
@@ -453,6 +460,11 @@ class _Exposition(BaseHTTPRequestHandler):
 # configure(prometheus_port=…) exactly as run_demo uses them), proving several times in
 # one process: `proofscope demo` proves once, and a counter's first sample is never an
 # increase, so one proof per process leaves every rate() panel at zero.
+#
+# With machine "nvml" the process is an NVIDIA machine: the real NVML sampler
+# (otel_proofscope.gpu.start_sampler, evidence as `proofscope run` reports it) samples
+# two GPUs through the pynvml stand-in of tests/nvml_machine.py while it proves. No
+# NVIDIA driver exists here; that boundary is the only thing replaced.
 _DEMO_PROVER = textwrap.dedent("""
     import sys, time
     from otel_proofscope.demo.circuit import build_network
@@ -462,33 +474,64 @@ _DEMO_PROVER = textwrap.dedent("""
 
     port, backend, proofs = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
     pause, hold, out = float(sys.argv[4]), float(sys.argv[5]), sys.argv[6]
-    tel = configure(service_name="proofscope-demo", out_dir=out, rerun="off",
-                    prometheus_port=port)
+    service, machine, sample_s = sys.argv[7], sys.argv[8], float(sys.argv[9])
+    tel = configure(service_name=service, out_dir=out, rerun="off", prometheus_port=port)
+    sampler = None
+    if machine == "nvml":
+        from nvml_machine import MovingNvml
+        from otel_proofscope.gpu import start_sampler
+        sampler = start_sampler(meter_provider=tel.meter_provider, interval_s=sample_s,
+                                nvml=MovingNvml(), evidence="immediately")
+        assert sampler is not None, "the NVML sampler found no device"
+        print("sampling", sorted(sampler.latest()), flush=True)
     try:
-        matmul, hw_id = load_matmul(backend, tel.meter_provider)
-    except BackendUnavailableError as exc:
-        print("BACKEND-UNAVAILABLE", exc, flush=True)
+        try:
+            matmul, hw_id = load_matmul(backend, tel.meter_provider)
+        except BackendUnavailableError as exc:
+            print("BACKEND-UNAVAILABLE", exc, flush=True)
+            time.sleep(hold)
+            sys.exit(0)
+        network = build_network(8, 32, None, 0)
+        for i in range(proofs):
+            result = prove(network, tracer=tel.tracer, backend=backend, matmul=matmul,
+                           hw_id=hw_id)
+            assert result.verified, result.verify.reason
+            print("proof", i, flush=True)
+            time.sleep(pause)
+        print("holding", flush=True)
         time.sleep(hold)
-        sys.exit(0)
-    network = build_network(8, 32, None, 0)
-    for i in range(proofs):
-        result = prove(network, tracer=tel.tracer, backend=backend, matmul=matmul,
-                       hw_id=hw_id)
-        assert result.verified, result.verify.reason
-        print("proof", i, flush=True)
-        time.sleep(pause)
-    print("holding", flush=True)
-    time.sleep(hold)
+    finally:  # SIGTERM unwinds here (configure's handler): sampler first, then telemetry
+        if sampler is not None:
+            print("sampler stopped:", sampler.stop(), flush=True)
+        tel.shutdown()
 """)
 
-#: backend → (pause between proofs, what the collector endpoint is). The CPU prover
-#: exports OTLP to a port where nothing listens (a collector that is down), so the
-#: telemetry-drop panels show real, counted losses; the wgpu prover writes files.
-PROVERS = {"cpu": 0.5, "wgpu": 0.2}
+
+@dataclass(frozen=True)
+class ProverSpec:
+    backend: str
+    #: pause between proofs, so the proofs spread over several scrapes
+    pause_s: float
+    service: str = "proofscope-demo"
+    #: "nvml": the process also samples the two-GPU machine of tests/nvml_machine.py
+    machine: str = "none"
+
+
+#: The scraped processes. The CPU prover exports OTLP to a port where nothing listens (a
+#: collector that is down), so the telemetry-drop panels show real, counted losses; the
+#: others write files. The NVML machine proves on its CPU while its GPUs are sampled.
+PROVERS = {
+    "cpu": ProverSpec("cpu", 0.5),
+    "wgpu": ProverSpec("wgpu", 0.2),
+    "nvml": ProverSpec("cpu", 0.3, service="proofscope-nvml-machine", machine="nvml"),
+}
+#: The NVML machine's sampling period (a real deployment samples every 1 s).
+NVML_SAMPLE_S = 0.5
 
 
 @dataclass
 class Prover:
+    name: str
     backend: str
     port: int
     proc: subprocess.Popen[str]
@@ -514,25 +557,37 @@ class Stack:
     def range_s(self) -> int:
         return math.ceil(self.end - self.start) + 1
 
+    def measures(self, series_name: str) -> bool:
+        """Whether any scraped process exported a series of this name in the window."""
+        params: dict[str, str | float] = {"match[]": f'{{__name__="{series_name}"}}',
+                                          "start": self.start, "end": self.end}
+        found = self.prometheus.api("series", **params)
+        return bool(found)
+
     def gpu_unavailable(self) -> str | None:
-        reasons = [f"{p.backend}: {r}" for p in self.provers
+        reasons = [f"{p.name}: {r}" for p in self.provers
                    if p.backend != "cpu" and (r := p.unavailable())]
         return "; ".join(reasons) or None
 
 
-def _start_prover(backend: str, port: int, workdir: Path) -> Prover:
-    log = workdir / f"prover-{backend}.log"
+def _start_prover(name: str, port: int, workdir: Path) -> Prover:
+    spec = PROVERS[name]
+    log = workdir / f"prover-{name}.log"
     hold = str(int(SETUP_DEADLINE_S + 60))  # killed at teardown long before
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "PROOFSCOPE_"))}
     env["PYTHONUNBUFFERED"] = "1"
-    if backend == "cpu":
+    if name == "cpu":
         env["OTEL_EXPORTER_OTLP_ENDPOINT"] = f"http://127.0.0.1:{free_port()}"
-    cmd = [sys.executable, "-c", _DEMO_PROVER, str(port), backend, str(PROOFS),
-           str(PROVERS[backend]), hold, str(workdir / f"out-{backend}")]
+    if spec.machine == "nvml":  # tests/nvml_machine.py and the fake_pynvml it builds on
+        env["PYTHONPATH"] = os.pathsep.join(
+            [str(ROOT / "tests"), *filter(None, [env.get("PYTHONPATH")])])
+    cmd = [sys.executable, "-c", _DEMO_PROVER, str(port), spec.backend, str(PROOFS),
+           str(spec.pause_s), hold, str(workdir / f"out-{name}"), spec.service,
+           spec.machine, str(NVML_SAMPLE_S)]
     with log.open("w") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, text=True, env=env,
                                 cwd=workdir, start_new_session=True)
-    return Prover(backend, port, proc, log)
+    return Prover(name, spec.backend, port, proc, log)
 
 
 def _stop(proc: subprocess.Popen[Any]) -> None:
@@ -551,7 +606,7 @@ def stack() -> Iterator[Stack]:
         pytest.skip("the prometheus binary (Debian package prometheus) is not installed")
     workdir = Path(tempfile.mkdtemp(prefix="proofscope-prom-"))
     deadline = time.monotonic() + SETUP_DEADLINE_S
-    ports = {b: free_port() for b in PROVERS}
+    ports = {name: free_port() for name in PROVERS}
     _Exposition.body = COLLECTOR_STYLE_EXPOSITION
     exposition = ThreadingHTTPServer(("127.0.0.1", 0), _Exposition)
     threading.Thread(target=exposition.serve_forever, daemon=True).start()
@@ -578,7 +633,7 @@ def stack() -> Iterator[Stack]:
         _Exposition.body = b""
         time.sleep(1.5 * SCRAPE_S)  # one more scrape: the sample's series go stale
         start = time.time()
-        provers += [_start_prover(b, port, workdir) for b, port in ports.items()]
+        provers += [_start_prover(name, port, workdir) for name, port in ports.items()]
         st = Stack(prom, provers, start, sample_at)
         _wait_for_proofs(st, deadline)
         yield st
@@ -602,25 +657,32 @@ def _wait_for_sample(prom: Prometheus, deadline: float) -> float:
     return time.time()
 
 
+#: Every NVML device counter series of the machine (2 GPUs × transmit/receive) rising.
+_NVML_RISING = f"count(rate(hw_gpu_io_bytes_total[{RATE_INTERVAL}]) > 0)"
+NVML_IO_SERIES = 2 * len(NVML_MACHINE)
+
+
 def _wait_for_proofs(st: Stack, deadline: float) -> None:
     """Until every prover's proofs (and the CPU prover's export failures) are in
-    Prometheus, then two more scrapes so the last increase is inside every rate window;
-    bounded by ``deadline``."""
+    Prometheus and the NVML machine's counters are seen rising, then two more scrapes
+    so the last increase is inside every rate window; bounded by ``deadline``."""
     while True:
         for p in st.provers:
             if p.proc.poll() is not None:
-                raise AssertionError(f"prover {p.backend} exited {p.proc.returncode}: "
+                raise AssertionError(f"prover {p.name} exited {p.proc.returncode}: "
                                      f"{p.log.read_text()[-3000:]}")
         running = [p for p in st.provers if p.unavailable() is None]
         want = PROOFS * len(running)
         got = sum(values(st.prometheus.query("sum(proof_duration_seconds_count)")))
         dropped = st.prometheus.query("sum(proofscope_dropped_total) > 0")
-        if got >= want and dropped:
+        rising = sum(values(st.prometheus.query(_NVML_RISING)))
+        if got >= want and dropped and rising >= NVML_IO_SERIES:
             break
         if time.monotonic() > deadline:
             logs = "\n".join(p.log.read_text()[-1500:] for p in st.provers)
             raise AssertionError(f"in time: {got}/{want} proofs scraped, drops seen: "
-                                 f"{bool(dropped)}\n{logs}")
+                                 f"{bool(dropped)}, NVML io series rising: {rising}/"
+                                 f"{NVML_IO_SERIES}\n{logs}")
         time.sleep(0.5)
     time.sleep(2.5 * SCRAPE_S)
     st.end = time.time()
@@ -628,15 +690,24 @@ def _wait_for_proofs(st: Stack, deadline: float) -> None:
         "group by (proof_backend) (proof_duration_seconds_count)")}
 
 
+def _family(name: str) -> str:
+    return name.removesuffix("_bucket").removesuffix("_sum").removesuffix("_count")
+
+
 def _gap_reason(st: Stack, expr: str) -> str | None:
-    """Why an empty GPU query is legitimately empty: the capability gap its backend
-    reported, or None when nothing excuses it."""
-    caps = {GAP_OF_METRIC[n.removesuffix("_bucket").removesuffix("_sum").removesuffix(
-        "_count")] for n, _ in selectors(expr)
-        if n.removesuffix("_bucket").removesuffix("_sum").removesuffix("_count")
-        in GAP_OF_METRIC}
-    if st.gpu_unavailable() and not st.prometheus.query("count(gpu_dispatch_count_total)"):
-        return f"no GPU here ({st.gpu_unavailable()})"
+    """Why an empty GPU query is legitimately empty, or None when nothing excuses it.
+
+    Only a metric that NO scraped process measures may be excused (by the capability
+    gap a backend reported for it, or by wgpu finding no adapter here): once any process
+    has a series of it, an empty panel is the dashboard's fault.
+    """
+    names = {n for n, _ in selectors(expr)}
+    measured = sorted(n for n in names if st.measures(n))
+    if measured:
+        return None
+    if st.gpu_unavailable():
+        return f"no GPU here ({st.gpu_unavailable()}) and no process measures {sorted(names)}"
+    caps = {GAP_OF_METRIC[_family(n)] for n in names if _family(n) in GAP_OF_METRIC}
     if not caps:
         return None
     reasons = []
@@ -648,7 +719,7 @@ def _gap_reason(st: Stack, expr: str) -> str | None:
             return None
         reasons += [f"{g['metric']['gpu_backend']} reports {cap.value} unsupported "
                     f"({g['metric'].get('gpu_capability_reason', '?')})" for g in gaps]
-    return "capability gap: " + "; ".join(reasons)
+    return ("capability gap, no scraped process measures it: " + "; ".join(reasons))
 
 
 # ── end to end ───────────────────────────────────────────────────────────────────────
@@ -739,8 +810,10 @@ def test_gpu_panels_show_the_wgpu_run(stack: Stack) -> None:
     dispatches = stack.prometheus.query_range(
         substitute(_panel_expr("GPU", "Dispatches / s"), stack.range_s), stack.start, stack.end)
     assert max(values(dispatches)) > 0
+    (wgpu_id,) = {s["metric"]["hw_id"] for s in dispatches}
     devices = _instant(stack, "GPU", "Devices")
-    assert [d["metric"]["hw_state"] for d in devices] == ["ok"]
+    assert [d["metric"]["hw_state"] for d in devices if d["metric"]["hw_id"] == wgpu_id] == [
+        "ok"]
     gaps = {(g["metric"]["gpu_capability"], g["metric"]["gpu_capability_reason"])
             for g in _instant(stack, "GPU", "Capability gaps")}
     # lavapipe has no utilization counter: the gap is reported, with its reason.
@@ -760,3 +833,100 @@ def test_collector_names_are_relabelled_to_the_dashboards(stack: Stack) -> None:
     assert len(info) == 1
     # … and the sample is gone before the provers start: it feeds no dashboard query.
     assert not stack.prometheus.query('{exported_job="svc-through-collector"}', at=stack.start)
+
+
+# ── the NVML machine ─────────────────────────────────────────────────────────────────
+
+NVML_IDS = {w.gpu.uuid: w for w in NVML_MACHINE}
+
+
+def _nvml_series(result: list[dict[str, Any]]) -> dict[tuple[str, ...], list[float]]:
+    """NVML devices' series of a result, keyed by their label values (hw_id first)."""
+    out = {}
+    for series in result:
+        m = series["metric"]
+        if m.get("hw_id") in NVML_IDS:
+            key = (m["hw_id"], *(v for k, v in sorted(m.items()) if k != "hw_id"))
+            out[key] = values([series])
+    return out
+
+
+def _range(stack: Stack, panel: str, ref: str = "A") -> list[dict[str, Any]]:
+    return stack.prometheus.query_range(substitute(_panel_expr("GPU", panel, ref),
+                                                   stack.range_s), stack.start, stack.end)
+
+
+def test_nvml_devices_are_listed(stack: Stack) -> None:
+    """The Devices table names both sampled GPUs with the identity NVML gave."""
+    rows = {d["metric"]["hw_id"]: d["metric"] for d in _instant(stack, "GPU", "Devices")}
+    for uuid, w in NVML_IDS.items():
+        assert rows[uuid]["hw_name"] == w.gpu.name
+        assert rows[uuid]["hw_vendor"] == "NVIDIA"  # from the PCI vendor id 0x10DE
+        assert rows[uuid]["hw_driver_version"]
+        assert rows[uuid]["hw_state"] == "ok"
+
+
+def test_hw_id_variable_lists_sampled_devices(stack: Stack) -> None:
+    """$hw_id offers the NVML devices too, not only devices a prover dispatched to."""
+    var = next(v for v in variable_queries() if v.dashboard == "GPU" and v.name == "hw_id")
+    m = _LABEL_VALUES.match(var.query)
+    assert m and m.group(1)
+    found = stack.prometheus.api("label/hw_id/values", start=stack.start, end=stack.end,
+                                 **{"match[]": substitute(m.group(1), stack.range_s)})
+    assert set(NVML_IDS) <= set(found)
+
+
+def test_nvml_utilization_follows_the_workload(stack: Stack) -> None:
+    util = _nvml_series(_range(stack, "GPU utilization"))
+    assert {k[0] for k in util} == set(NVML_IDS)
+    for (uuid, *_), vs in util.items():
+        assert all(0.0 <= v <= 1.0 for v in vs), vs
+        assert max(vs) > min(vs), f"{uuid}: utilization never moved: {vs}"
+
+
+def test_nvml_memory_used_is_within_the_limit(stack: Stack) -> None:
+    used = _nvml_series(_range(stack, "GPU memory used / limit", "A"))
+    limit = _nvml_series(_range(stack, "GPU memory used / limit", "B"))
+    for uuid, w in NVML_IDS.items():
+        assert set(limit[(uuid,)]) == {float(w.gpu.memory_total)}
+        assert all(0 < u <= w.gpu.memory_total for u in used[(uuid,)])
+        assert len(set(used[(uuid,)])) > 1, f"{uuid}: memory use never moved"
+
+
+def test_nvml_pcie_traffic_in_both_directions(stack: Stack) -> None:
+    io = _nvml_series(_range(stack, "Effective transfer bandwidth", "C"))
+    assert set(io) == {(u, d) for u in NVML_IDS for d in ("receive", "transmit")}
+    for key, rates in io.items():
+        assert max(rates) > 0, key
+
+
+def test_nvml_ecc_errors_are_rated(stack: Stack) -> None:
+    errors = _nvml_series(_range(stack, "Faults / retries / recoveries per second", "D"))
+    assert set(errors) == {(u, e) for u in NVML_IDS
+                           for e in ("ecc_corrected", "ecc_uncorrected")}
+    for (uuid, kind), rates in errors.items():
+        rising = bool(NVML_IDS[uuid].ecc_corrected_every_s) and kind == "ecc_corrected"
+        # Only the device with a failing cell counts corrected errors; none uncorrected.
+        assert (max(rates) > 0) is rising, (uuid, kind, rates)
+
+
+def test_nvml_gaps_are_in_the_table(stack: Stack) -> None:
+    """NVML cannot give profiler counters: the gap table says so next to wgpu's."""
+    gaps = {(g["metric"]["gpu_backend"], g["metric"]["gpu_capability"])
+            for g in _instant(stack, "GPU", "Capability gaps")}
+    assert {("nvml", "occupancy"), ("nvml", "stall_counters")} <= gaps
+
+
+DEVICE_QUERIES = [q for q in QUERIES if q.dashboard == "GPU" and "{{" in q.legend
+                  and all(n.startswith("hw_") for n, _ in selectors(q.expr))]
+
+
+@pytest.mark.parametrize("q", DEVICE_QUERIES, ids=[q.id for q in DEVICE_QUERIES])
+def test_device_legends_name_real_labels(stack: Stack, q: PanelQuery) -> None:
+    """Every {{label}} of a device panel's legend is on every series it returns (a label
+    the sampler does not emit would leave the legend blank)."""
+    result = stack.prometheus.query(substitute(q.expr, stack.range_s), at=stack.end)
+    assert result, q.id
+    wanted = set(re.findall(r"\{\{\s*(\w+)\s*\}\}", q.legend))
+    for series in result:
+        assert wanted <= set(series["metric"]), (q.id, series["metric"])
