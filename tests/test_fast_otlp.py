@@ -3,25 +3,40 @@ delivers to real gRPC and HTTP receivers on 127.0.0.1 within its timeout."""
 
 from __future__ import annotations
 
+import gzip
 import math
 import random
-from collections.abc import Sequence
+import socket
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from concurrent import futures
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+import grpc
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, SpanLimits, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, SpanKind, Status, StatusCode
 from opentelemetry.trace.span import TraceFlags, TraceState
 
-from otel_proofscope.pipeline.fast_otlp import encode_export_request
+from otel_proofscope.pipeline.drops import DropKey, DropLedger
+from otel_proofscope.pipeline.fast_otlp import FastOTLPSpanExporter, encode_export_request
+from otel_proofscope.pipeline.processor import BoundedBatchSpanProcessor
+from otel_proofscope.semconv import DropReason
 
 # ── random SDK spans ─────────────────────────────────────────────────────────────────
 
@@ -209,3 +224,262 @@ def test_prover_like_span_is_byte_identical() -> None:
                     "proof.claim": f"({layer},{r})"})
     _assert_same(exporter.get_finished_spans())
     assert encode_export_request([]) == encode_spans([]).SerializeToString() == b""
+
+
+# ── exporter against real receivers on 127.0.0.1 ────────────────────────────────────
+
+
+class _GrpcReceiver(trace_service_pb2_grpc.TraceServiceServicer):  # type: ignore[misc]
+    """A real TraceService: records requests and metadata, can fail or partially reject."""
+
+    def __init__(self, fail_first: int = 0, rejected: int = 0) -> None:
+        self.requests: list[ExportTraceServiceRequest] = []
+        self.metadata: list[dict[str, str]] = []
+        self.calls = 0
+        self.fail_first = fail_first
+        self.rejected = rejected
+        self.lock = threading.Lock()
+
+    def Export(self, request: ExportTraceServiceRequest, context: Any) -> Any:
+        with self.lock:
+            self.calls += 1
+            if self.calls <= self.fail_first:
+                context.abort(grpc.StatusCode.UNAVAILABLE, "warming up")
+            self.requests.append(request)
+            self.metadata.append(dict(context.invocation_metadata()))
+        response = ExportTraceServiceResponse()
+        if self.rejected:
+            response.partial_success.rejected_spans = self.rejected
+            response.partial_success.error_message = "too old"
+        return response
+
+
+@pytest.fixture
+def grpc_receiver() -> Iterator[tuple[_GrpcReceiver, int]]:
+    receiver = _GrpcReceiver()
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(receiver, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    yield receiver, port
+    server.stop(0)
+
+
+class _HttpReceiver:
+    """A real OTLP/HTTP receiver; ``statuses`` are answered in order, then 200."""
+
+    def __init__(self, statuses: Sequence[int] = (), rejected: int = 0) -> None:
+        self.statuses = list(statuses)
+        self.rejected = rejected
+        self.posts: list[tuple[str, dict[str, str], bytes]] = []
+        self.delivered: list[ExportTraceServiceRequest] = []
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                headers = {k.lower(): v for k, v in self.headers.items()}
+                receiver.posts.append((self.path, headers, body))
+                status = receiver.statuses.pop(0) if receiver.statuses else 200
+                payload = b""
+                if status == 200:
+                    if headers.get("content-encoding") == "gzip":
+                        body = gzip.decompress(body)
+                    receiver.delivered.append(ExportTraceServiceRequest.FromString(body))
+                    response = ExportTraceServiceResponse()
+                    if receiver.rejected:
+                        response.partial_success.rejected_spans = receiver.rejected
+                    payload = response.SerializeToString()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/x-protobuf")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            def log_message(self, *args: Any) -> None:
+                return None
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def blackhole() -> Iterator[int]:
+    """A port that accepts TCP connections (kernel backlog) and never says a word."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(16)
+        yield sock.getsockname()[1]
+
+
+def _dead_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _sample_spans() -> list[ReadableSpan]:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider(resource=Resource.create({"service.name": "prover"}))
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = provider.get_tracer("otel_proofscope.test", "1.0")
+    with tracer.start_as_current_span("proof", attributes={"proof.id": "p1"}):
+        for layer in range(3):
+            with tracer.start_as_current_span("proof.layer",
+                                              attributes={"proof.layer.index": layer,
+                                                          "proof.layer.input.shape": [1, 64]},
+                                              kind=SpanKind.INTERNAL) as span:
+                span.add_event("proof.sumcheck.round", {"proof.sumcheck.round": layer,
+                                                        "poly": ["a", "b", "c"]})
+    return list(exporter.get_finished_spans())
+
+
+def test_grpc_delivers_intact_with_env_headers_and_gzip(
+        grpc_receiver: tuple[_GrpcReceiver, int], monkeypatch: pytest.MonkeyPatch) -> None:
+    receiver, port = grpc_receiver
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", f"http://127.0.0.1:{port}")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_HEADERS", "authorization=Bearer%20s3cr3t,x-tenant=zk")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_COMPRESSION", "gzip")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "5")
+    exporter = FastOTLPSpanExporter()
+    assert (exporter.protocol, exporter.endpoint, exporter.timeout) == \
+        ("grpc", f"127.0.0.1:{port}", 5.0)
+    spans = _sample_spans()
+    assert exporter.export(spans) == SpanExportResult.SUCCESS
+    exporter.shutdown()
+    assert receiver.requests == [encode_spans(spans)]
+    assert receiver.metadata[0]["authorization"] == "Bearer s3cr3t"
+    assert receiver.metadata[0]["x-tenant"] == "zk"
+
+
+def test_grpc_retries_unavailable_and_delivers_once(
+        grpc_receiver: tuple[_GrpcReceiver, int]) -> None:
+    receiver, port = grpc_receiver
+    receiver.fail_first = 2
+    exporter = FastOTLPSpanExporter(f"127.0.0.1:{port}", insecure=True, timeout=5,
+                                    headers={"Authorization": "Bearer t0k"})
+    spans = _sample_spans()
+    assert exporter.export(spans) == SpanExportResult.SUCCESS
+    exporter.shutdown()
+    assert receiver.calls == 3
+    assert receiver.requests == [encode_spans(spans)]
+    assert receiver.metadata[0]["authorization"] == "Bearer t0k"
+
+
+def test_grpc_partial_success_rejections_are_counted_once(
+        grpc_receiver: tuple[_GrpcReceiver, int]) -> None:
+    receiver, port = grpc_receiver
+    receiver.rejected = 2
+    ledger = DropLedger(log_interval_s=3600)
+    exporter = FastOTLPSpanExporter(f"http://127.0.0.1:{port}", timeout=5, ledger=ledger)
+    assert exporter.export(_sample_spans()) == SpanExportResult.SUCCESS
+    exporter.shutdown()
+    assert ledger.snapshot() == {DropKey("spans", "otlp", DropReason.INVALID): 2}
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http/protobuf"])
+def test_dead_port_fails_within_timeout(protocol: str) -> None:
+    port = _dead_port()
+    endpoint = f"http://127.0.0.1:{port}" + ("/v1/traces" if protocol != "grpc" else "")
+    exporter = FastOTLPSpanExporter(endpoint, protocol=protocol, timeout=1.0)
+    start = time.monotonic()
+    assert exporter.export(_sample_spans()) == SpanExportResult.FAILURE
+    assert time.monotonic() - start < 1.0 + 0.5
+    exporter.shutdown()
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http/protobuf"])
+def test_silent_port_fails_within_timeout(protocol: str, blackhole: int) -> None:
+    endpoint = f"http://127.0.0.1:{blackhole}" + ("/v1/traces" if protocol != "grpc" else "")
+    exporter = FastOTLPSpanExporter(endpoint, protocol=protocol, timeout=1.0)
+    start = time.monotonic()
+    assert exporter.export(_sample_spans()) == SpanExportResult.FAILURE
+    assert time.monotonic() - start < 1.0 + 0.3
+    exporter.shutdown()
+
+
+def test_http_503_then_200_is_retried_and_delivered_once(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    receiver = _HttpReceiver(statuses=[503])
+    try:
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{receiver.port}/")
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "http/protobuf")
+        exporter = FastOTLPSpanExporter(timeout=5, compression="gzip",
+                                        headers={"Authorization": "Bearer h77p"})
+        spans = _sample_spans()
+        assert exporter.export(spans) == SpanExportResult.SUCCESS
+        exporter.shutdown()
+    finally:
+        receiver.close()
+    assert [path for path, _, _ in receiver.posts] == ["/v1/traces", "/v1/traces"]
+    assert receiver.delivered == [encode_spans(spans)]
+    headers = receiver.posts[-1][1]
+    assert headers["authorization"] == "Bearer h77p"
+    assert headers["content-type"] == "application/x-protobuf"
+    assert headers["content-encoding"] == "gzip"
+
+
+def test_http_client_error_is_not_retried_and_rejections_counted() -> None:
+    ledger = DropLedger(log_interval_s=3600)
+    receiver = _HttpReceiver(statuses=[400], rejected=1)
+    try:
+        exporter = FastOTLPSpanExporter(f"http://127.0.0.1:{receiver.port}/v1/traces",
+                                        protocol="http/protobuf", timeout=5, ledger=ledger)
+        assert exporter.export(_sample_spans()) == SpanExportResult.FAILURE
+        assert len(receiver.posts) == 1
+        assert exporter.export(_sample_spans()) == SpanExportResult.SUCCESS
+        exporter.shutdown()
+        assert exporter.export(_sample_spans()) == SpanExportResult.FAILURE  # after shutdown
+    finally:
+        receiver.close()
+    assert len(receiver.delivered) == 1
+    assert ledger.snapshot() == {DropKey("spans", "otlp", DropReason.INVALID): 1}
+
+
+def test_shutdown_aborts_a_retry_wait() -> None:
+    receiver = _HttpReceiver(statuses=[503] * 50)
+    try:
+        exporter = FastOTLPSpanExporter(f"http://127.0.0.1:{receiver.port}/v1/traces",
+                                        protocol="http/protobuf", timeout=30)
+        results: list[SpanExportResult] = []
+        worker = threading.Thread(target=lambda: results.append(exporter.export(_sample_spans())),
+                                  daemon=True)
+        worker.start()
+        while not receiver.posts:
+            time.sleep(0.01)
+        exporter.shutdown()
+        worker.join(5)
+    finally:
+        receiver.close()
+    assert results == [SpanExportResult.FAILURE]
+
+
+def test_unsupported_protocol_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json")
+    with pytest.raises(ValueError, match="http/json"):
+        FastOTLPSpanExporter()
+
+
+def test_processor_counts_a_failed_export_exactly_once() -> None:
+    ledger = DropLedger(log_interval_s=3600)
+    exporter = FastOTLPSpanExporter(f"http://127.0.0.1:{_dead_port()}", timeout=0.5,
+                                    ledger=ledger)
+    processor = BoundedBatchSpanProcessor(exporter, sink="otlp", ledger=ledger)
+    provider = TracerProvider()
+    provider.add_span_processor(processor)
+    tracer = provider.get_tracer("t")
+    for _ in range(5):
+        with tracer.start_as_current_span("s") as span:
+            span.add_event("e")
+    provider.shutdown()
+    assert ledger.snapshot() == {
+        DropKey("spans", "otlp", DropReason.EXPORT_FAILED): 5,
+        DropKey("span_events", "otlp", DropReason.EXPORT_FAILED): 5,
+    }
