@@ -483,3 +483,11 @@ def test_processor_counts_a_failed_export_exactly_once() -> None:
         DropKey("spans", "otlp", DropReason.EXPORT_FAILED): 5,
         DropKey("span_events", "otlp", DropReason.EXPORT_FAILED): 5,
     }
+
+
+def test_live_sdk_span_objects_encode_the_same() -> None:
+    provider = TracerProvider()
+    span = provider.get_tracer("t").start_span("live", attributes={"a": 1, "b": ("x",)})
+    span.add_event("e", {"k": True})
+    span.end()
+    _assert_same([span])  # type: ignore[list-item]

@@ -36,7 +36,7 @@ from urllib.parse import urlparse
 
 from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
-from opentelemetry.sdk.trace import Event, ReadableSpan
+from opentelemetry.sdk.trace import Event, ReadableSpan, Span
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.sdk.util import BoundedList
 
@@ -309,7 +309,7 @@ def _event_generic(event: Any) -> bytes:
     return b"\x5a" + _ld(body)
 
 
-_READABLE_SPAN_PROPS = ("get_span_context", "parent", "name", "kind", "start_time",
+_READABLE_SPAN_PROPS = ("parent", "name", "kind", "start_time",
                         "end_time", "status", "attributes", "events", "links",
                         "dropped_attributes", "dropped_events", "dropped_links")
 _FAST_SPAN_TYPES: dict[type, bool] = {}
@@ -320,8 +320,12 @@ def _is_plain_sdk_span(cls: type) -> bool:
     directly (the public properties copy events and wrap attributes in a proxy)."""
     fast = _FAST_SPAN_TYPES.get(cls)
     if fast is None:
-        fast = issubclass(cls, ReadableSpan) and all(
-            getattr(cls, p, None) is getattr(ReadableSpan, p) for p in _READABLE_SPAN_PROPS)
+        fast = (issubclass(cls, ReadableSpan)
+                # the SDK's live Span overrides it, returning the same _context
+                and cls.get_span_context in (ReadableSpan.get_span_context,
+                                             Span.get_span_context)
+                and all(getattr(cls, p, None) is getattr(ReadableSpan, p)
+                        for p in _READABLE_SPAN_PROPS))
         _FAST_SPAN_TYPES[cls] = fast
     return fast
 
