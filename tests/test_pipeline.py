@@ -125,11 +125,13 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+@pytest.mark.parametrize("encoder", ["fast", "sdk"])
 @pytest.mark.parametrize("protocol", ["grpc", "http/protobuf"])
 @pytest.mark.parametrize("endpoint_kind", ["closed", "blackhole"])
 def test_dead_collector_exit_is_bounded_and_losses_exact(
         monkeypatch: pytest.MonkeyPatch, blackhole: int, protocol: str,
-        endpoint_kind: str) -> None:
+        endpoint_kind: str, encoder: str) -> None:
+    monkeypatch.setenv("PROOFSCOPE_OTLP_ENCODER", encoder)
     port = blackhole if endpoint_kind == "blackhole" else free_port()
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{port}")
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", protocol)
@@ -236,7 +238,10 @@ class _Collector:
             self.server = None
 
 
-def test_collector_flapping_recovers_without_duplicates(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("encoder", ["fast", "sdk"])
+def test_collector_flapping_recovers_without_duplicates(monkeypatch: pytest.MonkeyPatch,
+                                                        encoder: str) -> None:
+    monkeypatch.setenv("PROOFSCOPE_OTLP_ENCODER", encoder)
     collector = _Collector(free_port())
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{collector.port}")
     monkeypatch.setenv("OTEL_TRACES_EXPORTER", "otlp")

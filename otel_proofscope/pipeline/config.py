@@ -96,14 +96,26 @@ def _otlp_protocol(kind: str) -> str:
 def _otlp_timeout_s(bound_s: float) -> float:
     # The exporter's own timeout (incl. retries) may not exceed the shutdown bound,
     # or a dead collector would hold the last export past it.
+    # Seconds, as the official Python exporters read it (the spec says milliseconds;
+    # either way the shutdown bound caps it).
     configured = os.environ.get("OTEL_EXPORTER_OTLP_TIMEOUT")
-    env_s = float(configured) / 1000 if configured else 10.0
+    env_s = float(configured) if configured else 10.0
     return max(0.1, min(env_s, bound_s))
 
 
 def _otlp_span_exporter(bound_s: float) -> SpanExporter:
     timeout = _otlp_timeout_s(bound_s)
-    if _otlp_protocol("traces").startswith("http"):
+    protocol = _otlp_protocol("traces")
+    encoder = os.environ.get("PROOFSCOPE_OTLP_ENCODER", "fast").strip().lower()
+    if encoder not in ("fast", "sdk"):
+        raise ValueError(f"PROOFSCOPE_OTLP_ENCODER must be 'fast' or 'sdk', got {encoder!r}")
+    if protocol in ("grpc", "http/protobuf") and encoder == "fast":
+        # Same wire bytes as the official encoder (tested), ~10x cheaper: the export
+        # thread then steals far less of the prover's GIL time.
+        from otel_proofscope.pipeline.fast_otlp import FastOTLPSpanExporter
+
+        return FastOTLPSpanExporter(protocol=protocol, timeout=timeout)
+    if protocol.startswith("http"):
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
         return OTLPSpanExporter(timeout=timeout)  # type: ignore[no-any-return]
