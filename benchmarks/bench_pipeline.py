@@ -1,8 +1,9 @@
 """Pipeline cost on the prover thread and OTLP end-to-end delivery, vs the stock SDK.
 
 Run: python benchmarks/bench_pipeline.py [--spans N]
-Starts a real OTLP gRPC receiver on 127.0.0.1 (the official proto services, answering
-success) and measures, side by side in one process:
+Starts a real OTLP gRPC receiver on 127.0.0.1 in a separate process (the official proto
+services, answering success), as a collector would be, and measures, side by side and
+interleaved over several rounds:
 
 * per-span cost on the prover thread: discarding exporter, stock SDK
   BatchSpanProcessor + OTLP, otel_proofscope's bounded pipeline + the official OTLP
@@ -16,13 +17,17 @@ success) and measures, side by side in one process:
 from __future__ import annotations
 
 import argparse
+import multiprocessing
+import statistics
 import sys
-import threading
+import tempfile
 import time
 from collections.abc import Sequence
 from concurrent import futures
+from typing import Any
 
 import grpc
+from opentelemetry import trace
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -31,28 +36,59 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, Spa
 from otel_proofscope.pipeline.drops import DropLedger
 from otel_proofscope.pipeline.fast_otlp import FastOTLPSpanExporter, encode_export_request
 from otel_proofscope.pipeline.processor import BoundedBatchSpanProcessor
+from otel_proofscope.rerun.exporter import RerunSpanExporter
 
 
-class Receiver(trace_service_pb2_grpc.TraceServiceServicer):  # type: ignore[misc]
-    def __init__(self) -> None:
-        self.spans = 0
-        self.lock = threading.Lock()
+def _serve(port_out: Any, count: Any, stop: Any) -> None:
+    """The receiver process: a real OTLP gRPC TraceService that counts spans."""
 
-    def Export(self, request, context):  # type: ignore[no-untyped-def]
-        n = sum(len(ss.spans) for rs in request.resource_spans for ss in rs.scope_spans)
-        with self.lock:
-            self.spans += n
-        return trace_service_pb2.ExportTraceServiceResponse()
+    class Servicer(trace_service_pb2_grpc.TraceServiceServicer):  # type: ignore[misc]
+        def Export(self, request, context):  # type: ignore[no-untyped-def]
+            n = sum(len(ss.spans) for rs in request.resource_spans for ss in rs.scope_spans)
+            with count.get_lock():
+                count.value += n
+            return trace_service_pb2.ExportTraceServiceResponse()
 
-
-def start_receiver() -> tuple[grpc.Server, Receiver, int]:
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=2),
                          options=[("grpc.max_receive_message_length", 64 << 20)])
-    receiver = Receiver()
-    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(receiver, server)
-    port = server.add_insecure_port("127.0.0.1:0")
+    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(Servicer(), server)
+    port_out.value = server.add_insecure_port("127.0.0.1:0")
     server.start()
-    return server, receiver, port
+    stop.wait(3600)
+    server.stop(0)
+
+
+class Receiver:
+    """A collector stand-in in its own process, as a real collector would be: its
+    decoding must not compete for this process's GIL and skew the prover's figures."""
+
+    def __init__(self) -> None:
+        ctx = multiprocessing.get_context("spawn")
+        self._count = ctx.Value("q", 0)
+        port = ctx.Value("i", 0)
+        self._stop = ctx.Event()
+        self._proc = ctx.Process(target=_serve, args=(port, self._count, self._stop),
+                                 daemon=True)
+        self._proc.start()
+        deadline = time.monotonic() + 30
+        while port.value == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if port.value == 0:
+            raise RuntimeError("receiver process did not start")
+        self.port = int(port.value)
+
+    @property
+    def spans(self) -> int:
+        return int(self._count.value)
+
+    def wait_for(self, n: int, timeout: float = 10.0) -> None:
+        deadline = time.monotonic() + timeout
+        while self.spans < n and time.monotonic() < deadline:
+            time.sleep(0.02)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._proc.join(10)
 
 
 class Discard(SpanExporter):
@@ -63,18 +99,26 @@ class Discard(SpanExporter):
 def workload(provider: TracerProvider, n: int) -> float:
     """A prover-like span: a layer with 8 attributes and 4 round events."""
     tracer = provider.get_tracer("bench")
-    attrs = {"proof.layer.index": 1, "proof.layer.kind": "MatMul",
+    root: Any = None
+    attrs: dict[str, Any] = {"proof.layer.index": 1, "proof.layer.kind": "MatMul",
              "proof.layer.proof_kind": "Sumcheck", "proof.sumcheck.rounds": 4,
              "proof.layer.trace_cost": 4096, "proof.claim.initial": "(1,2,3,4)",
              "proof.layer.input.shape": [1, 64], "proof.layer.output.shape": [1, 64]}
-    ev = {"proof.sumcheck.round": 0, "proof.sumcheck.degree": 2,
+    ev: dict[str, Any] = {"proof.sumcheck.round": 0, "proof.sumcheck.degree": 2,
           "proof.sumcheck.poly": ["(1,2,3,4)", "(5,6,7,8)", "(9,10,11,12)"],
           "proof.claim": "(1,2,3,4)"}
     start = time.perf_counter()
-    for _ in range(n):
-        with tracer.start_as_current_span("proof.layer", attributes=attrs) as span:
+    for i in range(n):
+        # one proof root per 100 layers, as a prover would produce them
+        root = tracer.start_span("proof", attributes={"proof.system": "bench"}) \
+            if i % 100 == 0 else root
+        ctx = trace.set_span_in_context(root)
+        attrs["proof.layer.index"] = i % 100
+        with tracer.start_as_current_span("proof.layer", context=ctx, attributes=attrs) as span:
             for _r in range(4):
                 span.add_event("proof.sumcheck.round", ev)
+        if i % 100 == 99 or i == n - 1:
+            root.end()
     return time.perf_counter() - start
 
 
@@ -128,56 +172,79 @@ def encoder_costs(n: int = 512, reps: int = 7) -> list[tuple[str, float, float]]
 def run(label: str, processor_factory, n: int, receiver: Receiver | None,  # type: ignore[no-untyped-def]
         ledger: DropLedger | None = None) -> dict[str, object]:
     provider = TracerProvider()
-    provider.add_span_processor(processor_factory())
+    made = processor_factory()
+    for processor in made if isinstance(made, list) else [made]:
+        provider.add_span_processor(processor)
     before = receiver.spans if receiver else 0
     elapsed = workload(provider, n)
+    total = n + (n + 99) // 100  # the layers and their proof roots
     flush_start = time.perf_counter()
     provider.shutdown()
     flush = time.perf_counter() - flush_start
-    delivered = (receiver.spans - before) if receiver else n
+    if receiver:  # let the receiver process count what was already sent
+        receiver.wait_for(before + total, timeout=2.0)
+    delivered = (receiver.spans - before) if receiver else total
     counted = ledger.total(signal="spans") if ledger else None
     return {"label": label, "per_span_us": elapsed / n * 1e6, "delivered": delivered,
-            "lost": n - delivered, "counted": counted, "shutdown_s": flush}
+            "lost": total - delivered, "counted": counted, "shutdown_s": flush}
 
 
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--spans", type=int, default=20_000)
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="interleaved rounds of all pipelines (medians reported)")
     args = parser.parse_args()
     n = args.spans
-    server, receiver, port = start_receiver()
-    endpoint = f"127.0.0.1:{port}"
-    ledger = DropLedger(log_interval_s=3600)
-    fast_ledger = DropLedger(log_interval_s=3600)
-    rows = [
-        run("discarding exporter (baseline)",
-            lambda: BoundedBatchSpanProcessor(Discard(), sink="discard"), n, None),
-        run("stock SDK BatchSpanProcessor + OTLP gRPC",
-            lambda: BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint, insecure=True)),
-            n, receiver),
-        run("otel_proofscope bounded processor + OTLP gRPC",
-            lambda: BoundedBatchSpanProcessor(
-                OTLPSpanExporter(endpoint=endpoint, insecure=True), sink="otlp",
-                ledger=ledger), n, receiver, ledger),
-        run("otel_proofscope bounded processor + fast OTLP gRPC",
-            lambda: BoundedBatchSpanProcessor(
-                FastOTLPSpanExporter(endpoint, protocol="grpc", insecure=True),
-                sink="otlp", ledger=fast_ledger), n, receiver, fast_ledger),
+    receiver = Receiver()
+    endpoint = f"127.0.0.1:{receiver.port}"
+    pipelines = [
+        ("discarding exporter (baseline)", lambda led: BoundedBatchSpanProcessor(
+            Discard(), sink="discard", ledger=led), False),
+        ("stock SDK BatchSpanProcessor + OTLP gRPC", lambda led: BatchSpanProcessor(
+            OTLPSpanExporter(endpoint=endpoint, insecure=True)), True),
+        ("otel_proofscope bounded processor + official OTLP gRPC encoder",
+         lambda led: BoundedBatchSpanProcessor(
+             OTLPSpanExporter(endpoint=endpoint, insecure=True), sink="otlp", ledger=led),
+         True),
+        ("otel_proofscope bounded processor + fast OTLP gRPC (the default)",
+         lambda led: BoundedBatchSpanProcessor(
+             FastOTLPSpanExporter(endpoint, protocol="grpc", insecure=True), sink="otlp",
+             ledger=led), True),
+        ("full pipeline: fast OTLP gRPC + Rerun .rrd file, each behind its own bounded queue",
+         lambda led: [BoundedBatchSpanProcessor(
+             FastOTLPSpanExporter(endpoint, protocol="grpc", insecure=True), sink="otlp",
+             ledger=led), BoundedBatchSpanProcessor(
+             RerunSpanExporter(f"file:{tempfile.mkdtemp()}/bench.rrd"), sink="rerun",
+             ledger=led)], True),
     ]
-    server.stop(0)
-    base = float(rows[0]["per_span_us"])  # type: ignore[arg-type]
-    print(f"\nburst of {n} spans (4 events each) against a live OTLP gRPC receiver on "
-          "loopback\n")
-    print("| pipeline | prover-thread µs/span | vs discard | delivered | lost | lost & counted "
-          "| shutdown s |")
+    results: dict[str, list[dict[str, object]]] = {label: [] for label, _, _ in pipelines}
+    for _ in range(args.rounds):
+        base = None
+        for label, factory, remote in pipelines:
+            ledger = DropLedger(log_interval_s=3600)
+            row = run(label, lambda f=factory, led=ledger: f(led), n,
+                      receiver if remote else None,
+                      ledger if not label.startswith(("discard", "stock")) else None)
+            base = base or float(row["per_span_us"])  # type: ignore[arg-type]
+            row["ratio"] = float(row["per_span_us"]) / base  # type: ignore[arg-type]
+            results[label].append(row)
+    receiver.close()
+    print(f"\nburst of {n} spans (4 events each) against a real OTLP gRPC receiver in another "
+          f"process on loopback; medians of {args.rounds} interleaved rounds\n")
+    print("| pipeline | prover-thread µs/span | vs discard (median of per-round ratios, "
+          "range) | delivered | lost | lost & counted | shutdown s |")
     print("|---|---|---|---|---|---|---|")
-    for r in rows:
-        counted = "n/a (uncounted)" if r["counted"] is None else r["counted"]
-        if r["label"].startswith("discard"):  # type: ignore[union-attr]
-            counted = "—"
-        print(f"| {r['label']} | {r['per_span_us']:.1f} | "
-              f"{float(r['per_span_us']) / base:.2f}x | {r['delivered']} | {r['lost']} | "  # type: ignore[arg-type]
-              f"{counted} | {r['shutdown_s']:.2f} |")
+    for label, rows in results.items():
+        def med(key: str, rows: list[dict[str, object]] = rows) -> float:
+            return statistics.median(float(r[key]) for r in rows)  # type: ignore[arg-type]
+        ratios = [float(r["ratio"]) for r in rows]  # type: ignore[arg-type]
+        counted: object = "—" if label.startswith("discard") else (
+            "n/a (uncounted)" if rows[0]["counted"] is None
+            else int(med("counted")))
+        print(f"| {label} | {med('per_span_us'):.1f} | {statistics.median(ratios):.2f}x "
+              f"({min(ratios):.2f}–{max(ratios):.2f}) | {int(med('delivered'))} | "
+              f"{int(med('lost'))} | {counted} | {med('shutdown_s'):.2f} |")
     print("\nOTLP encoding alone, prover span (8 attributes incl. 2 int arrays, 4 events of "
           "4 attributes incl. a 3-string array), batch of 512\n")
     print("| spans | official encode_spans + SerializeToString µs/span | "
