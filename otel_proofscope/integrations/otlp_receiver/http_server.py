@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import socket
+import sys
 import threading
 import zlib
 from http import HTTPStatus
@@ -50,6 +51,12 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
     block_on_close = False
     ingest: Ingest
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # socketserver prints a traceback to stderr; a client that resets or stalls is
+        # routine for a network receiver, so one log line is enough.
+        _log.warning("OTLP/HTTP connection from %s failed: %r", client_address[0],
+                     sys.exc_info()[1])
 
 
 class _IPv6Server(_Server):
