@@ -112,6 +112,80 @@ class Attr:
     PROOFSCOPE_NOTE = "proofscope.note"
 
 
+# ── integrations: names beyond the core contract ─────────────────────────────────────
+
+
+class StreamAttr:
+    """Attributes for what the stream carries beyond the contract (bridge provenance).
+    """
+
+    DURATION = "proofscope.stream.duration"
+    #: "live" (span times are arrival times of a live stream) or "replay" (span times
+    #: are when a recording was replayed: only proofscope.stream.duration is real).
+    TIMING = "proofscope.stream.timing"
+    CLAIM_A_NORMALIZED = "proofscope.stream.claim_a_normalized"
+    FINAL_CLAIM_A_NORMALIZED = "proofscope.stream.final_claim_a_normalized"
+    ROUNDS_COMPLETED = "proofscope.stream.rounds_completed"
+    GPU_DEVICE = "proofscope.stream.gpu_device"
+    WEIGHT_BINDING_MODE = "proofscope.stream.weight_binding_mode"
+    UNTERMINATED = "proofscope.stream.unterminated"
+    CIRCUIT_TOTAL_LAYERS = "proofscope.stream.circuit.total_layers"
+    CIRCUIT_NODE_ID = "proofscope.stream.circuit.node.node_id"
+    CIRCUIT_HAS_SIMD = "proofscope.stream.circuit.has_simd"
+    CIRCUIT_SIMD_BLOCKS = "proofscope.stream.circuit.simd_num_blocks"
+    DEVICE_ID = "proofscope.stream.device.id"
+    DEVICE_NAME = "proofscope.stream.device.name"
+    LAYER_PROGRESS = "proofscope.stream.layer_progress"
+    DEVICE_MEMORY = "proofscope.stream.device.memory_bytes"
+    MATMUL_DONE = "proofscope.stream.matmul_done"
+    MATMUL_TOTAL = "proofscope.stream.matmul_total"
+    LAYERS_DONE = "proofscope.stream.layers_done"
+    LAYERS_TOTAL = "proofscope.stream.layers_total"
+    LOG_LEVEL = Attr.LOG_LEVEL
+    LOG_MESSAGE = Attr.LOG_MESSAGE
+
+
+class StreamEvent:
+    GPU_STATUS = "proofscope.stream.gpu_status"
+
+
+class EzklAttr:
+    """EZKL-specific attribute names (``ezkl.`` prefix), beside the contract's ``proof.*``."""
+
+    FUNCTION = "ezkl.function"
+    LOGROWS = "ezkl.logrows"
+    INPUT_SCALE = "ezkl.input_scale"
+    PARAM_SCALE = "ezkl.param_scale"
+    INPUT_VISIBILITY = "ezkl.input_visibility"
+    OUTPUT_VISIBILITY = "ezkl.output_visibility"
+    PARAM_VISIBILITY = "ezkl.param_visibility"
+    NUM_ROWS = "ezkl.num_rows"
+    NUM_INNER_COLS = "ezkl.num_inner_cols"
+    TOTAL_ASSIGNMENTS = "ezkl.total_assignments"
+    TOTAL_CONST_SIZE = "ezkl.total_const_size"
+    REQUIRED_LOOKUPS = "ezkl.required_lookups"
+    REQUIRED_RANGE_CHECKS = "ezkl.required_range_checks"
+    MODEL_INPUT_SCALES = "ezkl.model.input_scales"
+    MODEL_OUTPUT_SCALES = "ezkl.model.output_scales"
+    CHECK_MODE = "ezkl.check_mode"
+    VERSION = "ezkl.version"
+    CALIBRATION_TARGET = "ezkl.calibration.target"
+    PROOF_FILE_SIZE = "ezkl.proof.file_size"
+    RESULT = "ezkl.result"
+
+
+class EzklSpanName:
+    """Span names of the EZKL phases that have no contract name."""
+
+    GEN_SETTINGS = "ezkl.gen_settings"
+    CALIBRATE_SETTINGS = "ezkl.calibrate_settings"
+    GEN_SRS = "ezkl.gen_srs"
+    GEN_WITNESS = "ezkl.gen_witness"
+    MOCK = "ezkl.mock"
+    SETUP = "ezkl.setup"
+    PROVE = "ezkl.prove"
+
+
 # ── spans and events ─────────────────────────────────────────────────────────────────
 
 
@@ -495,5 +569,16 @@ def render_markdown() -> str:
             "Reasons: " + ", ".join(f"`{r.value}`" for r in GapReason) + ".", "",
             "## Drop reasons (`proofscope.dropped`)", "",
             ", ".join(f"`{r.value}`" for r in DropReason) + ".", ""]
+    out += ["## Integration names", "",
+            "Beyond the core contract, the bridges add names of their own:", "",
+            "| group | names |", "|---|---|"]
+    for title, cls in (("proof-stream bridge attributes (`proofscope replay`, `run`)",
+                        StreamAttr),
+                       ("proof-stream bridge events", StreamEvent),
+                       ("EZKL attributes", EzklAttr), ("EZKL span names", EzklSpanName)):
+        names = sorted({v for k, v in vars(cls).items()
+                        if k.isupper() and isinstance(v, str)})
+        out.append(f"| {title} | " + ", ".join(f"`{n}`" for n in names) + " |")
+    out.append("")
     return "\n".join(out)
 

@@ -14,9 +14,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from otel_proofscope.integrations.ezkl import files
-from otel_proofscope.integrations.ezkl.files import EzklAttr
 from otel_proofscope.integrations.ezkl.logs import LogAttr, LogBridge, level_name
-from otel_proofscope.semconv import Attr, EventName
+from otel_proofscope.semconv import Attr, EventName, EzklAttr
 
 
 class _Collect(logging.Handler):

@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 
 from otel_proofscope import fields, instrumentation
-from otel_proofscope.integrations.proof_stream.bridge import StreamAttr, StreamBridge, StreamEvent
+from otel_proofscope.integrations.proof_stream.bridge import StreamBridge
 from otel_proofscope.integrations.proof_stream.replay import replay
 from otel_proofscope.integrations.proof_stream.sources import StreamSource
 from otel_proofscope.pipeline.drops import DROPS
-from otel_proofscope.semconv import Attr, EventName, Metric, SpanName
+from otel_proofscope.semconv import Attr, EventName, Metric, SpanName, StreamAttr, StreamEvent
 
 FIXTURE = Path(__file__).parent / "fixtures" / "proof_stream_tiny_mlp.jsonl"
 P = (1 << 31) - 1

@@ -57,7 +57,7 @@ from otel_proofscope.rerun.model import (
     kind_seconds_rows,
     progress_rows,
 )
-from otel_proofscope.semconv import Attr, EventName, LayerKind, SpanName
+from otel_proofscope.semconv import Attr, EventName, LayerKind, SpanName, StreamAttr
 
 M31 = (1 << 31) - 1
 
@@ -83,7 +83,7 @@ _LOG_LEVELS = {"Trace": "TRACE", "Debug": "DEBUG", "Info": "INFO", "Warn": "WARN
 
 _KINDS = frozenset(k.value for k in LayerKind)
 #: Set by the proof-stream bridge: "replay" means span times are not the prover's.
-STREAM_TIMING = "proofscope.stream.timing"
+STREAM_TIMING = StreamAttr.TIMING
 
 _OURS = frozenset({SpanName.PROOF, SpanName.CIRCUIT_COMPILE, SpanName.LAYER,
                    SpanName.WEIGHT_OPENING, SpanName.AGGREGATED_BINDING, SpanName.STARK,

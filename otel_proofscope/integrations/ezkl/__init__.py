@@ -56,10 +56,17 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 from opentelemetry.util.types import AttributeValue
 
 from otel_proofscope.integrations.ezkl import files
-from otel_proofscope.integrations.ezkl.files import EzklAttr
 from otel_proofscope.integrations.ezkl.logs import LogBridge
 from otel_proofscope.integrations.ezkl.package import _instruments
-from otel_proofscope.semconv import METER_NAME, TRACER_NAME, Attr, Metric, SpanName
+from otel_proofscope.semconv import (
+    METER_NAME,
+    TRACER_NAME,
+    Attr,
+    EzklAttr,
+    EzklSpanName,
+    Metric,
+    SpanName,
+)
 from otel_proofscope.version import __version__
 
 __all__ = ["EzklAttr", "EzklInstrumentor", "EzklSpanName"]
@@ -67,18 +74,6 @@ __all__ = ["EzklAttr", "EzklInstrumentor", "EzklSpanName"]
 _log = logging.getLogger("otel_proofscope.ezkl")
 
 PROOF_SYSTEM = "ezkl"
-
-
-class EzklSpanName:
-    """Span names of the EZKL phases that have no contract name."""
-
-    GEN_SETTINGS = "ezkl.gen_settings"
-    CALIBRATE_SETTINGS = "ezkl.calibrate_settings"
-    GEN_SRS = "ezkl.gen_srs"
-    GEN_WITNESS = "ezkl.gen_witness"
-    MOCK = "ezkl.mock"
-    SETUP = "ezkl.setup"
-    PROVE = "ezkl.prove"
 
 
 #: Wrapped EZKL function → span name.

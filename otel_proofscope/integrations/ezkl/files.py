@@ -13,33 +13,7 @@ from typing import Any
 
 from opentelemetry.util.types import AttributeValue
 
-from otel_proofscope.semconv import Attr
-
-
-class EzklAttr:
-    """EZKL-specific attribute names (``ezkl.`` prefix), beside the contract's ``proof.*``."""
-
-    FUNCTION = "ezkl.function"
-    LOGROWS = "ezkl.logrows"
-    INPUT_SCALE = "ezkl.input_scale"
-    PARAM_SCALE = "ezkl.param_scale"
-    INPUT_VISIBILITY = "ezkl.input_visibility"
-    OUTPUT_VISIBILITY = "ezkl.output_visibility"
-    PARAM_VISIBILITY = "ezkl.param_visibility"
-    NUM_ROWS = "ezkl.num_rows"
-    NUM_INNER_COLS = "ezkl.num_inner_cols"
-    TOTAL_ASSIGNMENTS = "ezkl.total_assignments"
-    TOTAL_CONST_SIZE = "ezkl.total_const_size"
-    REQUIRED_LOOKUPS = "ezkl.required_lookups"
-    REQUIRED_RANGE_CHECKS = "ezkl.required_range_checks"
-    MODEL_INPUT_SCALES = "ezkl.model.input_scales"
-    MODEL_OUTPUT_SCALES = "ezkl.model.output_scales"
-    CHECK_MODE = "ezkl.check_mode"
-    VERSION = "ezkl.version"
-    CALIBRATION_TARGET = "ezkl.calibration.target"
-    PROOF_FILE_SIZE = "ezkl.proof.file_size"
-    RESULT = "ezkl.result"
-
+from otel_proofscope.semconv import Attr, EzklAttr
 
 _HEX = frozenset("0123456789abcdefABCDEF")
 

@@ -53,6 +53,8 @@ from otel_proofscope.semconv import (
     EventName,
     Metric,
     MetricDef,
+    StreamAttr,
+    StreamEvent,
 )
 from otel_proofscope.version import __version__
 
@@ -66,42 +68,6 @@ _LOG_LEVELS = {"Trace": logging.DEBUG, "Debug": logging.DEBUG, "Info": logging.I
 MAX_LOG_MESSAGE = 4096
 #: Witness events waiting for their layer span (forward pass runs before proving).
 MAX_PENDING_WITNESS = 1024
-
-
-class StreamAttr:
-    """Attributes for what the stream carries beyond the contract (bridge provenance).
-
-    Proposed for ``semconv.Attr``; defined here until they move there.
-    """
-
-    DURATION = "proofscope.stream.duration"
-    #: "live" (span times are arrival times of a live stream) or "replay" (span times
-    #: are when a recording was replayed: only proofscope.stream.duration is real).
-    TIMING = "proofscope.stream.timing"
-    CLAIM_A_NORMALIZED = "proofscope.stream.claim_a_normalized"
-    FINAL_CLAIM_A_NORMALIZED = "proofscope.stream.final_claim_a_normalized"
-    ROUNDS_COMPLETED = "proofscope.stream.rounds_completed"
-    GPU_DEVICE = "proofscope.stream.gpu_device"
-    WEIGHT_BINDING_MODE = "proofscope.stream.weight_binding_mode"
-    UNTERMINATED = "proofscope.stream.unterminated"
-    CIRCUIT_TOTAL_LAYERS = "proofscope.stream.circuit.total_layers"
-    CIRCUIT_NODE_ID = "proofscope.stream.circuit.node.node_id"
-    CIRCUIT_HAS_SIMD = "proofscope.stream.circuit.has_simd"
-    CIRCUIT_SIMD_BLOCKS = "proofscope.stream.circuit.simd_num_blocks"
-    DEVICE_ID = "proofscope.stream.device.id"
-    DEVICE_NAME = "proofscope.stream.device.name"
-    LAYER_PROGRESS = "proofscope.stream.layer_progress"
-    DEVICE_MEMORY = "proofscope.stream.device.memory_bytes"
-    MATMUL_DONE = "proofscope.stream.matmul_done"
-    MATMUL_TOTAL = "proofscope.stream.matmul_total"
-    LAYERS_DONE = "proofscope.stream.layers_done"
-    LAYERS_TOTAL = "proofscope.stream.layers_total"
-    LOG_LEVEL = Attr.LOG_LEVEL
-    LOG_MESSAGE = Attr.LOG_MESSAGE
-
-
-class StreamEvent:
-    GPU_STATUS = "proofscope.stream.gpu_status"
 
 
 NOTE_CLAIM = ("proof.sumcheck.poly holds the round polynomial's evaluations at 0..d, "
