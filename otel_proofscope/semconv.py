@@ -8,8 +8,7 @@ differ, so the document cannot drift from the code.
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import StrEnum
 
 TRACER_NAME = "otel_proofscope"
@@ -309,9 +308,6 @@ SECONDS_BUCKETS: tuple[float, ...] = (
     0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0,
 )  # fmt: skip
 
-#: Buckets for byte-sized histograms: 1 KiB … 4 GiB.
-BYTES_BUCKETS: tuple[float, ...] = tuple(float(1 << s) for s in range(10, 33, 2))
-
 
 @dataclass(frozen=True)
 class MetricDef:
@@ -339,11 +335,6 @@ class EventDef:
     witness: bool = False
 
 
-@dataclass(frozen=True)
-class _Registry:
-    spans: tuple[SpanDef, ...]
-    events: tuple[EventDef, ...]
-    metrics: tuple[MetricDef, ...] = field(default_factory=tuple)
 
 
 _HW = (Attr.HW_ID, Attr.HW_TYPE, Attr.HW_NAME, Attr.HW_VENDOR, Attr.HW_DRIVER_VERSION)
@@ -504,8 +495,6 @@ EVENTS: tuple[EventDef, ...] = (
              (Attr.GPU_BACKEND, Attr.HW_ID, Attr.GPU_RECOVERY_ROUTE)),
 )
 
-REGISTRY = _Registry(SPANS, EVENTS, Metric.all())
-
 #: Attributes that carry witness data; never exported over OTLP unless opted in.
 WITNESS_EVENTS: frozenset[str] = frozenset(e.name for e in EVENTS if e.witness)
 
@@ -516,10 +505,6 @@ def layer_kind_colour(kind: str) -> int:
         return LAYER_KIND_COLOURS[LayerKind(kind)]
     except ValueError:
         return LAYER_KIND_COLOURS[LayerKind.UNKNOWN]
-
-
-def is_finite_number(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 # ── documentation ────────────────────────────────────────────────────────────────────

@@ -196,10 +196,6 @@ class Telemetry:
     _report: ShutdownReport | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    @property
-    def sinks(self) -> list[str]:
-        return [p.sink for p in self.span_processors]
-
     def start_gpu_sampler(self, interval_s: float = 1.0, *,
                           evidence: Literal["first_dispatch", "immediately"] = "first_dispatch",
                           ) -> Any:

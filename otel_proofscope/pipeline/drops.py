@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from otel_proofscope.semconv import Attr
@@ -41,7 +41,6 @@ class DropLedger:
         self._counts: dict[DropKey, int] = {}
         self._log_interval_s = log_interval_s
         self._last_log = -float("inf")
-        self._logged_total = 0
         self.name = name
 
     def record(self, signal: str, sink: str, reason: str, count: int = 1) -> None:
@@ -55,7 +54,6 @@ class DropLedger:
             if due:
                 self._last_log = now
                 total = sum(self._counts.values())
-                self._logged_total = total
         if due:
             _log.warning(
                 "otel_proofscope dropped telemetry: %d so far (latest: %d %s to %s, %s)",
@@ -115,8 +113,3 @@ class RejectionLedger:
 #: The process-wide ledgers.
 DROPS = DropLedger()
 REJECTIONS = RejectionLedger()
-
-
-def observations(ledger: DropLedger) -> Iterable[tuple[int, dict[str, str]]]:
-    for key, n in ledger.snapshot().items():
-        yield n, key.attributes()
