@@ -278,3 +278,26 @@ def test_collector_flapping_recovers_without_duplicates(monkeypatch: pytest.Monk
     assert received == len(set(collector.span_ids)), "a span was exported twice"
     assert received >= 15  # 5 before, >= 1 probe, 9 after recovery
     assert received + DROPS.total(signal="spans", sink="otlp") == sent
+
+
+def test_exporter_selection_follows_otel_variables(monkeypatch: pytest.MonkeyPatch,
+                                                   tmp_path: Path) -> None:
+    rrd = tmp_path / "x.rrd"
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "rerun,file")
+    monkeypatch.setenv("OTEL_METRICS_EXPORTER", "none")
+    monkeypatch.setenv("PROOFSCOPE_RERUN", f"file:{rrd}")
+    telemetry = configure(out_dir=tmp_path, set_global=False)
+    assert [p.sink for p in telemetry.span_processors] == ["rerun", "file"]
+    assert telemetry.metric_exporters == []
+    with telemetry.tracer.proof(system="gkr"):
+        pass
+    report = telemetry.shutdown()
+    assert report.spans_exported == {"rerun": 1, "file": 1}
+    assert rrd.stat().st_size > 0 and (tmp_path / "traces.jsonl").stat().st_size > 0
+
+
+def test_unknown_exporter_name_is_a_clear_error(monkeypatch: pytest.MonkeyPatch,
+                                                tmp_path: Path) -> None:
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "zipkin-over-carrier-pigeon")
+    with pytest.raises(ValueError, match="zipkin-over-carrier-pigeon"):
+        configure(out_dir=tmp_path, set_global=False)
