@@ -37,6 +37,7 @@ from otel_proofscope.pipeline.drops import DropLedger
 from otel_proofscope.pipeline.fast_otlp import FastOTLPSpanExporter, encode_export_request
 from otel_proofscope.pipeline.processor import BoundedBatchSpanProcessor
 from otel_proofscope.rerun.exporter import RerunSpanExporter
+from otel_proofscope.rerun.process import RerunProcessSpanExporter
 
 
 def _serve(port_out: Any, count: Any, stop: Any) -> None:
@@ -216,6 +217,13 @@ def main() -> int:
              FastOTLPSpanExporter(endpoint, protocol="grpc", insecure=True), sink="otlp",
              ledger=led), BoundedBatchSpanProcessor(
              RerunSpanExporter(f"file:{tempfile.mkdtemp()}/bench.rrd"), sink="rerun",
+             ledger=led)], True),
+        ("full pipeline, Rerun out of process: fast OTLP gRPC + Rerun .rrd file translated "
+         "in a child process, each behind its own bounded queue",
+         lambda led: [BoundedBatchSpanProcessor(
+             FastOTLPSpanExporter(endpoint, protocol="grpc", insecure=True), sink="otlp",
+             ledger=led), BoundedBatchSpanProcessor(
+             RerunProcessSpanExporter(f"file:{tempfile.mkdtemp()}/bench.rrd"), sink="rerun",
              ledger=led)], True),
     ]
     results: dict[str, list[dict[str, object]]] = {label: [] for label, _, _ in pipelines}

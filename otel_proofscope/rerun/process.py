@@ -1,0 +1,467 @@
+"""Rerun exporters that translate in a child process (opt-in: ``PROOFSCOPE_RERUN_PROCESS=1``).
+
+Why: the Rerun translation (~150 µs of Python per span) in a thread of the prover's
+process competes for the prover's GIL (the full pipeline measured 1.85x the discarding
+baseline). Here the prover's process only encodes spans to OTLP bytes with the direct
+encoder (~15 µs per span) and hands them to a writer thread; the child
+(:mod:`otel_proofscope.rerun.worker`) decodes, converts and feeds the same
+:class:`~otel_proofscope.rerun.sink.RerunSink` the in-process exporters use. A span and a
+metric exporter with the same target share one child, so both land in one recording.
+
+Wire format on the child's stdin: frames of ``HEADER`` (kind, item count, span events or
+a timeout, payload length) followed by the payload. On its stdout the child answers JSON
+lines with what it has settled (handled, whether drawn or counted lost) and its
+cumulative losses.
+
+Accounting (sink ``rerun`` in ``DROPS``), each item exactly once: the parent's bounded
+queue counts ``queue_full``; the child's losses arrive in its reports; when the child
+dies, everything sent but not yet settled, and everything still queued, is counted
+``sink_unavailable`` with one warning (``shutdown`` when it was killed at the shutdown
+deadline). ``export()`` never blocks on the child and never raises.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import json
+import logging
+import os
+import struct
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import IO, Any
+
+from opentelemetry.sdk.metrics.export import (
+    MetricExporter,
+    MetricExportResult,
+    MetricsData,
+)
+from opentelemetry.sdk.metrics.view import Aggregation
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+
+from otel_proofscope import instrumentation
+from otel_proofscope.pipeline.drops import DROPS, DropLedger
+from otel_proofscope.pipeline.fast_otlp import encode_export_request
+from otel_proofscope.rerun.sink import SINK, Target, parse_target
+from otel_proofscope.semconv import DropReason
+
+_log = logging.getLogger(__name__)
+
+ENV_SWITCH = "PROOFSCOPE_RERUN_PROCESS"
+ENV_WITNESS = "PROOFSCOPE_CAPTURE_WITNESS"
+ENV_TIMEOUT = "PROOFSCOPE_SHUTDOWN_TIMEOUT"
+
+#: kind (u8), items (u32), span events or flush timeout ms (u32), payload bytes (u32)
+HEADER = struct.Struct("<BIII")
+SPANS, SPANS_WITNESS, METRICS, FLUSH = 1, 2, 3, 4
+#: Largest payload the child accepts; a larger length means the stream is corrupt.
+MAX_FRAME = 256 << 20
+#: Encoded bytes queued in the parent before new batches are dropped and counted.
+DEFAULT_QUEUE_BYTES = 64 << 20
+
+
+@dataclass
+class Counts:
+    spans: int = 0
+    span_events: int = 0
+    metric_points: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return {"spans": self.spans, "span_events": self.span_events,
+                "metric_points": self.metric_points}
+
+    def add(self, other: Counts) -> None:
+        self.spans += other.spans
+        self.span_events += other.span_events
+        self.metric_points += other.metric_points
+
+    def sub(self, other: Counts) -> None:
+        self.spans -= other.spans
+        self.span_events -= other.span_events
+        self.metric_points -= other.metric_points
+
+
+def enabled() -> bool:
+    """Whether ``PROOFSCOPE_RERUN_PROCESS`` asks for the out-of-process exporters."""
+    return os.environ.get(ENV_SWITCH, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def _env_float(name: str, default: float) -> float:
+    try:
+        value = float(os.environ.get(name, "") or default)
+    except ValueError:
+        return default
+    return value if value > 0 else default
+
+
+def _lose(ledger: DropLedger, counts: Counts, reason: str) -> None:
+    for signal, n in counts.as_dict().items():
+        ledger.record(signal, SINK, reason, n)
+
+
+@dataclass
+class _Frame:
+    data: bytes
+    counts: Counts
+
+
+class RerunWorker:
+    """One child process per target: a bounded byte queue, a writer and a reader thread."""
+
+    def __init__(self, target: Target, *, queue_bytes: int = DEFAULT_QUEUE_BYTES,
+                 ledger: DropLedger = DROPS) -> None:
+        self.target = target
+        self._ledger = ledger
+        self._capacity = queue_bytes
+        self._cond = threading.Condition(threading.Lock())
+        self._queue: collections.deque[_Frame | None] = collections.deque()  # None: close
+        self._queued_bytes = 0
+        self._sent = Counts()  # fully written to the pipe
+        self._settled = Counts()  # as of the child's latest report
+        self._applied: dict[tuple[str, str, str], int] = {}  # child losses already recorded
+        self._flushes: dict[int, tuple[threading.Event, list[bool]]] = {}
+        self._next_flush = 0
+        self._closing = False
+        self._killed = False
+        self._dead = False  # the child can no longer take frames
+        self._gone = False  # the child exited and what it left unsettled is counted
+        self._final = False  # the child's final report arrived
+        self._warned = False
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "otel_proofscope.rerun.worker", target.name],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, close_fds=True)
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self._writer = threading.Thread(target=self._write_loop, args=(self.proc.stdin,),
+                                        daemon=True, name="proofscope-rerun-proc-writer")
+        self._reader = threading.Thread(target=self._read_loop, args=(self.proc.stdout,),
+                                        daemon=True, name="proofscope-rerun-proc-reader")
+        self._writer.start()
+        self._reader.start()
+
+    # ── producer side (exporter threads): never blocks on the child ──────────────────
+
+    def submit(self, kind: int, payload: bytes, counts: Counts) -> bool:
+        items = counts.metric_points if kind == METRICS else counts.spans
+        data = HEADER.pack(kind, items, counts.span_events, len(payload)) + payload
+        with self._cond:
+            if self._dead or self._closing:
+                reason: str | None = DropReason.SHUTDOWN if self._closing and not self._dead \
+                    else DropReason.SINK_UNAVAILABLE
+            elif self._queued_bytes + len(data) > self._capacity:
+                reason = DropReason.QUEUE_FULL
+            else:
+                reason = None
+                self._queue.append(_Frame(data, counts))
+                self._queued_bytes += len(data)
+                self._cond.notify()
+        if reason is not None:
+            _lose(self._ledger, counts, reason)
+            return False
+        return True
+
+    def flush(self, timeout_s: float) -> bool:
+        """Wait (at most ``timeout_s``) until the child drew everything queued so far."""
+        done = threading.Event()
+        result = [False]
+        with self._cond:
+            if self._dead or self._closing:
+                return not self._dead
+            self._next_flush += 1
+            fid = self._next_flush
+            self._flushes[fid] = (done, result)
+            ms = max(1, min(int(timeout_s * 1000), 0xFFFFFFFF))
+            # Control frames bypass the byte bound: they are 13 bytes.
+            self._queue.append(_Frame(HEADER.pack(FLUSH, fid, ms, 0), Counts()))
+            self._cond.notify()
+        done.wait(max(timeout_s, 0.0))
+        with self._cond:
+            self._flushes.pop(fid, None)
+        return result[0]
+
+    def close(self, timeout_s: float) -> None:
+        """Let the child draw what is queued within ``timeout_s``, then kill it."""
+        deadline = time.monotonic() + max(timeout_s, 0.0)
+        with self._cond:
+            if self._closing:
+                return
+            self._closing = True
+            self._queue.append(None)
+            self._cond.notify()
+        self._reader.join(max(0.0, deadline - time.monotonic()))
+        if self._reader.is_alive() or self.proc.poll() is None:
+            with self._cond:
+                self._killed = not self._final
+            self.proc.kill()
+            self._reader.join(2.0)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(2.0)
+        self._writer.join(2.0)
+
+    # ── writer thread ────────────────────────────────────────────────────────────────
+
+    def _write_loop(self, pipe: IO[bytes]) -> None:
+        fd = pipe.fileno()
+        while True:
+            with self._cond:
+                while not self._queue:
+                    self._cond.wait()
+                frame = self._queue.popleft()
+                if frame is not None:
+                    self._queued_bytes -= len(frame.data)
+                    broken = self._dead
+                    if not broken:
+                        # Counted as sent before the write: if the child exits meanwhile,
+                        # _child_gone settles this frame together with the others.
+                        self._sent.add(frame.counts)
+            if frame is None:
+                break
+            if broken:
+                self._drop_unsent(frame)
+                continue
+            try:
+                view = memoryview(frame.data)
+                while view:  # os.write releases the GIL while the pipe is full
+                    view = view[os.write(fd, view):]
+            except OSError:
+                with self._cond:
+                    self._dead = True
+                    mine = not self._gone  # else _child_gone counted it already
+                    if mine:
+                        self._sent.sub(frame.counts)
+                if mine:
+                    self._drop_unsent(frame)
+        with contextlib.suppress(OSError):
+            pipe.close()  # EOF: the child draws what it has, reports and exits
+
+    def _drop_unsent(self, frame: _Frame) -> None:
+        _lose(self._ledger, frame.counts,
+              DropReason.SHUTDOWN if self._killed else DropReason.SINK_UNAVAILABLE)
+
+    # ── reader thread ────────────────────────────────────────────────────────────────
+
+    def _read_loop(self, pipe: IO[bytes]) -> None:
+        for line in pipe:
+            try:
+                report = json.loads(line)
+                self._apply(report)
+            except (ValueError, TypeError, KeyError) as exc:
+                _log.debug("rerun worker: unreadable report %r: %r", line[:200], exc)
+        self._child_gone()
+
+    def _apply(self, report: dict[str, Any]) -> None:
+        settled = Counts(**{k: int(v) for k, v in report["settled"].items()})
+        news: list[tuple[tuple[str, str, str], int]] = []
+        with self._cond:
+            for signal, sink, reason, total in report["drops"]:
+                key = (str(signal), str(sink), str(reason))
+                delta = int(total) - self._applied.get(key, 0)
+                if delta > 0:
+                    self._applied[key] = int(total)
+                    news.append((key, delta))
+            self._settled = settled
+            self._final = self._final or bool(report.get("final"))
+            waiter = self._flushes.get(report.get("flush") or -1)
+        for (signal, sink, reason), n in news:
+            self._ledger.record(signal, sink, reason, n)
+        if waiter is not None:
+            waiter[1][0] = bool(report.get("ok"))
+            waiter[0].set()
+
+    def _child_gone(self) -> None:
+        """The child closed its stdout (it exited): settle everything it did not."""
+        with self._cond:
+            self._dead = self._gone = True
+            lost = Counts(self._sent.spans - self._settled.spans,
+                          self._sent.span_events - self._settled.span_events,
+                          self._sent.metric_points - self._settled.metric_points)
+            self._sent = Counts(self._settled.spans, self._settled.span_events,
+                                self._settled.metric_points)
+            unsent = [f for f in self._queue if f is not None]
+            self._queue = collections.deque(f for f in self._queue if f is None)
+            self._queued_bytes = 0
+            expected = self._closing and not self._killed
+            waiters = list(self._flushes.values())
+            self._cond.notify_all()
+        for frame in unsent:
+            lost.add(frame.counts)
+        reason = DropReason.SHUTDOWN if self._killed else DropReason.SINK_UNAVAILABLE
+        _lose(self._ledger, lost, reason)
+        for done, _ in waiters:
+            done.set()
+        if not expected and not self._warned:
+            self._warned = True
+            rc = self.proc.poll()
+            _log.warning("rerun: the worker process for %s %s (exit status %s); %d span(s) "
+                         "and %d metric point(s) it had not drawn, and any sent later, are "
+                         "dropped and counted in proofscope.dropped; OTLP export is "
+                         "unaffected", self.target.name,
+                         "was stopped at the shutdown deadline" if self._killed else "died",
+                         rc, lost.spans, lost.metric_points)
+
+
+# ── one worker per target, shared by the span and metric exporters ───────────────────
+
+_lock = threading.Lock()
+_workers: dict[str, tuple[RerunWorker, int]] = {}
+
+
+def acquire(target: Target, **kwargs: Any) -> RerunWorker:
+    with _lock:
+        entry = _workers.get(target.name)
+        if entry is None:
+            worker = RerunWorker(target, **kwargs)
+            _workers[target.name] = (worker, 1)
+            return worker
+        _workers[target.name] = (entry[0], entry[1] + 1)
+        return entry[0]
+
+
+def release(worker: RerunWorker, timeout_s: float) -> None:
+    """Drop one reference: the last one closes the child, earlier ones only flush."""
+    with _lock:
+        entry = _workers.get(worker.target.name)
+        last = True
+        if entry is not None and entry[0] is worker:
+            if entry[1] > 1:
+                _workers[worker.target.name] = (worker, entry[1] - 1)
+                last = False
+            else:
+                del _workers[worker.target.name]
+    if last:
+        worker.close(timeout_s)
+    else:
+        worker.flush(timeout_s)
+
+
+def _forget_in_child() -> None:
+    # A forked child must not write into its parent's worker pipe.
+    global _lock
+    _lock = threading.Lock()
+    _workers.clear()
+
+
+os.register_at_fork(after_in_child=_forget_in_child)
+
+
+def _open(target: str | None, queue_bytes: int | None) -> tuple[Target, RerunWorker | None]:
+    t = parse_target(target)
+    if t.kind == "off":
+        return t, None
+    return t, acquire(t, queue_bytes=queue_bytes or DEFAULT_QUEUE_BYTES)
+
+
+def _points(data: MetricsData) -> int:
+    return sum(len(m.data.data_points) for rm in data.resource_metrics
+               for sm in rm.scope_metrics for m in sm.metrics)
+
+
+class RerunProcessSpanExporter(SpanExporter):
+    """:class:`~otel_proofscope.rerun.exporter.RerunSpanExporter`, translating in a child.
+
+    Args:
+        target: as ``PROOFSCOPE_RERUN`` (``None`` reads it).
+        capture_witness: as for the in-process exporter.
+        queue_bytes: encoded bytes queued for the child before batches are dropped and
+            counted (only the first exporter of a target sets it).
+        shutdown_timeout_s: bound on ``shutdown()`` (``PROOFSCOPE_SHUTDOWN_TIMEOUT``, 3 s).
+    """
+
+    def __init__(self, target: str | None = None, *, capture_witness: bool | None = None,
+                 queue_bytes: int | None = None, shutdown_timeout_s: float | None = None) -> None:
+        self.target, self.worker = _open(target, queue_bytes)
+        self._witness = capture_witness
+        self._timeout = shutdown_timeout_s or _env_float(ENV_TIMEOUT, 3.0)
+        self._closed = False
+
+    def _show_witness(self) -> bool:
+        if self._witness is not None:
+            return self._witness
+        raw = os.environ.get(ENV_WITNESS, "").strip().lower()
+        if raw:
+            return raw in ("1", "true", "yes", "on")
+        return instrumentation.capture_witness_enabled()
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        if self.worker is None or not spans:
+            return SpanExportResult.SUCCESS
+        counts = Counts(spans=len(spans), span_events=sum(len(s.events) for s in spans))
+        if self._closed:
+            _lose(DROPS, counts, DropReason.SHUTDOWN)
+            return SpanExportResult.FAILURE
+        try:
+            payload = encode_export_request(spans)
+            self.worker.submit(SPANS_WITNESS if self._show_witness() else SPANS, payload,
+                               counts)
+        except Exception as exc:  # never let the exporter raise into the SDK
+            _lose(DROPS, counts, DropReason.EXPORT_FAILED)
+            _log.warning("rerun span export failed: %r", exc)
+        # SUCCESS: the batch is queued or its loss is counted (not again by the processor)
+        return SpanExportResult.SUCCESS
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        if self.worker is None or self._closed:
+            return True
+        return self.worker.flush(timeout_millis / 1000)
+
+    def shutdown(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self.worker is not None:
+            release(self.worker, self._timeout)
+
+
+class RerunProcessMetricExporter(MetricExporter):
+    """:class:`~otel_proofscope.rerun.exporter.RerunMetricExporter`, translating in the
+    child of the same target (one recording for spans and metrics)."""
+
+    def __init__(self, target: str | None = None, *,
+                 preferred_temporality: dict[type, object] | None = None,
+                 preferred_aggregation: dict[type, Aggregation] | None = None,
+                 queue_bytes: int | None = None, shutdown_timeout_s: float | None = None) -> None:
+        super().__init__(preferred_temporality=preferred_temporality,  # type: ignore[arg-type]
+                         preferred_aggregation=preferred_aggregation)
+        self.target, self.worker = _open(target, queue_bytes)
+        self._timeout = shutdown_timeout_s or _env_float(ENV_TIMEOUT, 3.0)
+        self._closed = False
+
+    def export(self, metrics_data: MetricsData, timeout_millis: float = 10_000,
+               **kwargs: object) -> MetricExportResult:
+        if self.worker is None:
+            return MetricExportResult.SUCCESS
+        counts = Counts(metric_points=_points(metrics_data))
+        if counts.metric_points == 0:
+            return MetricExportResult.SUCCESS
+        if self._closed:
+            _lose(DROPS, counts, DropReason.SHUTDOWN)
+            return MetricExportResult.FAILURE
+        try:
+            # Low volume: the official encoder is fast enough here.
+            from opentelemetry.exporter.otlp.proto.common._internal.metrics_encoder import (
+                encode_metrics,
+            )
+
+            payload = encode_metrics(metrics_data).SerializeToString()
+            self.worker.submit(METRICS, payload, counts)
+        except Exception as exc:
+            _lose(DROPS, counts, DropReason.EXPORT_FAILED)
+            _log.warning("rerun metric export failed: %r", exc)
+        return MetricExportResult.SUCCESS
+
+    def force_flush(self, timeout_millis: float = 10_000) -> bool:
+        if self.worker is None or self._closed:
+            return True
+        return self.worker.flush(timeout_millis / 1000)
+
+    def shutdown(self, timeout_millis: float = 30_000, **kwargs: object) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self.worker is not None:
+            release(self.worker, min(self._timeout, timeout_millis / 1000))

@@ -1,0 +1,188 @@
+"""Child side of the out-of-process Rerun exporter.
+
+Run as ``python -m otel_proofscope.rerun.worker TARGET`` by
+:mod:`otel_proofscope.rerun.process`.
+
+Why a child: translating a span for Rerun costs ~150 µs of Python; in the prover's
+process that time competes for the prover's GIL. Here it runs in its own interpreter.
+
+Reads frames (:mod:`otel_proofscope.rerun.process` defines them) from stdin, decodes the
+OTLP payloads, converts them to SDK objects with the OTLP receiver's pure conversion and
+feeds one :class:`~otel_proofscope.rerun.sink.RerunSink`, exactly as the in-process
+exporters do. Memory stays bounded: one frame is read at a time (at most
+``MAX_FRAME`` bytes) and the sink's queue is drained before it could overflow, so a
+slow Rerun pushes back through the pipe to the parent's bounded queue.
+
+Its own losses go to a private ledger, reported on stdout as JSON lines (cumulative,
+with the items settled so far) after each flush and at exit; the parent adds the
+differences to its ``DROPS``. Nothing else may write to the real stdout, so it is moved
+to a private descriptor and fd 1 points at stderr.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import signal
+import sys
+from typing import BinaryIO
+
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
+    ExportMetricsServiceRequest,
+)
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+from otel_proofscope.integrations.otlp_receiver import convert
+from otel_proofscope.pipeline.drops import DropLedger
+from otel_proofscope.rerun import sink as sinks
+from otel_proofscope.rerun.process import (
+    FLUSH,
+    HEADER,
+    MAX_FRAME,
+    METRICS,
+    SPANS,
+    SPANS_WITNESS,
+    Counts,
+)
+from otel_proofscope.rerun.sink import SINK, RerunSink, parse_target
+from otel_proofscope.semconv import DropReason
+
+_log = logging.getLogger("otel_proofscope.rerun.worker")
+
+ENV_NICE = "PROOFSCOPE_RERUN_NICE"
+#: Scheduling niceness added to the child (0 keeps the parent's priority).
+DEFAULT_NICE = 10
+#: Bound on the sink flush done to drain its queue (backpressure) and on request.
+DRAIN_TIMEOUT_S = 30.0
+
+
+class Worker:
+    """Frame loop around one sink; ``ledger`` holds this process's losses."""
+
+    def __init__(self, sink: RerunSink, ledger: DropLedger, report: BinaryIO,
+                 capacity: int) -> None:
+        self.sink = sink
+        self.ledger = ledger
+        self._report = report
+        self._capacity = capacity
+        self._pending = 0  # items submitted to the sink since it was last drained
+        self.received = Counts()
+
+    def run(self, frames: BinaryIO, close_timeout_s: float) -> int:
+        rc = 0
+        while True:
+            header = frames.read(HEADER.size)
+            if len(header) < HEADER.size:
+                break  # EOF (a torn header can only follow the parent's death)
+            kind, count, extra, length = HEADER.unpack(header)
+            if kind not in (SPANS, SPANS_WITNESS, METRICS, FLUSH) or length > MAX_FRAME:
+                # The stream is out of step: nothing after this can be trusted. The
+                # parent counts everything unsettled when it sees us exit.
+                _log.warning("rerun worker: corrupt frame header (kind %d, %d bytes); "
+                             "stopping", kind, length)
+                rc = 2
+                break
+            payload = frames.read(length) if length else b""
+            if len(payload) < length:
+                break  # torn frame: the parent counts it (it never finished sending it)
+            self.handle(kind, count, extra, payload)
+        self.sink.close(close_timeout_s)
+        self.report(final=True)
+        return rc
+
+    def handle(self, kind: int, count: int, extra: int, payload: bytes) -> None:
+        if kind == FLUSH:
+            ok = self.sink.flush(extra / 1000)
+            self._pending = 0
+            self.report(flush=count, ok=ok)
+            return
+        if kind == METRICS:
+            self._metrics(count, payload)
+        else:
+            self._spans(count, extra, payload, witness=kind == SPANS_WITNESS)
+
+    def _spans(self, count: int, events: int, payload: bytes, *, witness: bool) -> None:
+        self.received.spans += count
+        self.received.span_events += events
+        try:
+            batch = convert.spans_from_request(ExportTraceServiceRequest.FromString(payload))
+        except Exception as exc:  # malformed payload: count the frame, keep going
+            _log.warning("rerun worker: undecodable span frame: %r", exc)
+            self._lose_spans(count, events, DropReason.INVALID)
+            return
+        got_events = sum(len(s.events) for s in batch.spans)
+        self._lose_spans(count - len(batch.spans), events - got_events, DropReason.INVALID)
+        self._make_room(len(batch.spans))
+        self.sink.submit_spans(batch.spans, witness=witness)
+
+    def _metrics(self, points: int, payload: bytes) -> None:
+        self.received.metric_points += points
+        try:
+            batch = convert.metrics_from_request(ExportMetricsServiceRequest.FromString(payload))
+        except Exception as exc:
+            _log.warning("rerun worker: undecodable metric frame: %r", exc)
+            self.ledger.record("metric_points", SINK, DropReason.INVALID, points)
+            return
+        self.ledger.record("metric_points", SINK, DropReason.INVALID, points - batch.points)
+        if batch.points:
+            self._make_room(batch.points)
+            self.sink.submit_metrics(batch.data)
+
+    def _lose_spans(self, spans: int, events: int, reason: str) -> None:
+        self.ledger.record("spans", SINK, reason, spans)
+        self.ledger.record("span_events", SINK, reason, events)
+
+    def _make_room(self, n: int) -> None:
+        # Drain the sink before its queue could overflow: the pipe then fills and the
+        # parent's bounded queue decides what is dropped, in one place.
+        self._pending += n
+        if self._pending > self._capacity:
+            self.sink.flush(DRAIN_TIMEOUT_S)
+            self._pending = n
+            self.report()
+
+    def report(self, *, flush: int | None = None, ok: bool = True, final: bool = False) -> None:
+        drops = [[k.signal, k.sink, k.reason, n] for k, n in self.ledger.snapshot().items()]
+        line = {"settled": self.received.as_dict(), "drops": drops, "flush": flush, "ok": ok,
+                "final": final}
+        try:
+            self._report.write(json.dumps(line).encode() + b"\n")
+            self._report.flush()
+        except OSError:
+            pass  # the parent is gone; nobody is left to tell
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m otel_proofscope.rerun.worker TARGET", file=sys.stderr)
+        return 64
+    # Ctrl-C reaches the whole process group; the parent decides when we stop (EOF).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # Drawing is background work: where cores are scarce the prover goes first.
+    with contextlib.suppress(OSError, ValueError):
+        os.nice(int(os.environ.get(ENV_NICE, "") or DEFAULT_NICE))
+    logging.basicConfig(level=logging.WARNING, format="proofscope rerun worker: %(message)s")
+    # Private, non-inheritable copies of the pipes: a viewer spawned by Rerun must not
+    # hold them open (the parent would never see EOF or EPIPE), and nothing but the
+    # reports may reach the parent's reader.
+    report = os.fdopen(os.dup(1), "wb")
+    frames = os.fdopen(os.dup(0), "rb")
+    os.dup2(2, 1)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    target = parse_target(args[0])
+    capacity = max(1, int(os.environ.get("PROOFSCOPE_RERUN_QUEUE", "") or sinks.DEFAULT_QUEUE))
+    timeout = float(os.environ.get("PROOFSCOPE_SHUTDOWN_TIMEOUT", "") or 3.0)
+    # The parent's ledger logs these losses once they are reported; not twice.
+    logging.getLogger("otel_proofscope.drops").disabled = True
+    ledger = DropLedger()
+    sink = RerunSink(target, queue_size=capacity, ledger=ledger)
+    return Worker(sink, ledger, report, capacity // 2).run(frames, timeout)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
