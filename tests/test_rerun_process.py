@@ -174,3 +174,23 @@ def test_off_target_starts_no_child() -> None:
     exporter.export(proof_spans())
     exporter.shutdown()
     assert DROPS.total() == 0
+
+
+def test_configure_switch_routes_spans_and_metrics_through_one_child(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from otel_proofscope.pipeline.config import configure
+    from otel_proofscope.rerun import process as rerun_process
+
+    monkeypatch.setenv("PROOFSCOPE_RERUN_PROCESS", "1")
+    rrd = tmp_path / "switch.rrd"
+    telemetry = configure(out_dir=tmp_path, rerun=f"file:{rrd}", set_global=False)
+    rerun_proc = next(p for p in telemetry.span_processors if p.sink == "rerun")
+    assert isinstance(rerun_proc.exporter, rerun_process.RerunProcessSpanExporter)
+    assert any(isinstance(e.inner, rerun_process.RerunProcessMetricExporter)
+               for e in telemetry.metric_exporters)
+    with telemetry.tracer.proof(system="gkr", layers=1), \
+            telemetry.tracer.layer(index=0, kind="MatMul", rounds=1):
+        telemetry.tracer.sumcheck_round(0, [1, 2], 3)
+    report = telemetry.shutdown(timeout_s=10)
+    assert report.spans_exported["rerun"] == 2
+    assert "/gkr/walk/nodes" in readback.read(rrd).paths()

@@ -401,10 +401,15 @@ def configure(
         elif name == "console":
             add_spans("console", ConsoleSpanExporter())
         elif name == "rerun":
+            from otel_proofscope.rerun import process as rerun_process
             from otel_proofscope.rerun.exporter import RerunSpanExporter
 
             target = rerun_target if rerun_on else None
-            add_spans("rerun", RerunSpanExporter(target, capture_witness=capture), local=True)
+            # PROOFSCOPE_RERUN_PROCESS=1: translate in a child process (less GIL contention
+            # for the prover); spans and metrics must take the same route, one recording.
+            span_cls = (rerun_process.RerunProcessSpanExporter if rerun_process.enabled()
+                        else RerunSpanExporter)
+            add_spans("rerun", span_cls(target, capture_witness=capture), local=True)
         else:
             add_spans(name, _entry_point("opentelemetry_traces_exporter", name)())
     for name in metric_names:
@@ -419,9 +424,12 @@ def configure(
         elif name == "console":
             add_metrics("console", ConsoleMetricExporter())
         elif name == "rerun":
+            from otel_proofscope.rerun import process as rerun_process
             from otel_proofscope.rerun.exporter import RerunMetricExporter
 
-            add_metrics("rerun", RerunMetricExporter(rerun_target if rerun_on else None))
+            metric_cls = (rerun_process.RerunProcessMetricExporter if rerun_process.enabled()
+                          else RerunMetricExporter)
+            add_metrics("rerun", metric_cls(rerun_target if rerun_on else None))
         elif name == "prometheus":
             prometheus_port = prometheus_port or 9464
         else:
