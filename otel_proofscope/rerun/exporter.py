@@ -39,7 +39,17 @@ ENV_QUEUE = "PROOFSCOPE_RERUN_QUEUE"
 ENV_TIMEOUT = "PROOFSCOPE_SHUTDOWN_TIMEOUT"
 
 
-def _env_float(name: str, default: float) -> float:
+def show_witness(explicit: bool | None) -> bool:
+    """Whether to draw witness events: the argument, else the env switch, else capture."""
+    if explicit is not None:
+        return explicit
+    raw = os.environ.get(ENV_WITNESS, "").strip().lower()
+    if raw:
+        return raw in ("1", "true", "yes", "on")
+    return instrumentation.capture_witness_enabled()
+
+
+def env_float(name: str, default: float) -> float:
     try:
         value = float(os.environ.get(name, "") or default)
     except ValueError:
@@ -52,7 +62,7 @@ def _open(target: str | None, queue_size: int | None) -> tuple[Target, RerunSink
     t = parse_target(target)
     if t.kind == "off":
         return t, None
-    size = queue_size or int(_env_float(ENV_QUEUE, sinks.DEFAULT_QUEUE))
+    size = queue_size or int(env_float(ENV_QUEUE, sinks.DEFAULT_QUEUE))
     return t, sinks.acquire(t, queue_size=size)
 
 
@@ -74,16 +84,11 @@ class RerunSpanExporter(SpanExporter):
                  queue_size: int | None = None, shutdown_timeout_s: float | None = None) -> None:
         self.target, self.sink = _open(target, queue_size)
         self._witness = capture_witness
-        self._timeout = shutdown_timeout_s or _env_float(ENV_TIMEOUT, 3.0)
+        self._timeout = shutdown_timeout_s or env_float(ENV_TIMEOUT, 3.0)
         self._closed = False
 
     def _show_witness(self) -> bool:
-        if self._witness is not None:
-            return self._witness
-        raw = os.environ.get(ENV_WITNESS, "").strip().lower()
-        if raw:
-            return raw in ("1", "true", "yes", "on")
-        return instrumentation.capture_witness_enabled()
+        return show_witness(self._witness)
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         if self.sink is None:
@@ -125,7 +130,7 @@ class RerunMetricExporter(MetricExporter):
         super().__init__(preferred_temporality=preferred_temporality,  # type: ignore[arg-type]
                          preferred_aggregation=preferred_aggregation)
         self.target, self.sink = _open(target, queue_size)
-        self._timeout = shutdown_timeout_s or _env_float(ENV_TIMEOUT, 3.0)
+        self._timeout = shutdown_timeout_s or env_float(ENV_TIMEOUT, 3.0)
         self._closed = False
 
     def export(self, metrics_data: MetricsData, timeout_millis: float = 10_000,

@@ -45,16 +45,15 @@ from opentelemetry.sdk.metrics.view import Aggregation
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from otel_proofscope import instrumentation
 from otel_proofscope.pipeline.drops import DROPS, DropLedger
 from otel_proofscope.pipeline.fast_otlp import encode_export_request
+from otel_proofscope.rerun.exporter import env_float, show_witness
 from otel_proofscope.rerun.sink import SINK, Target, parse_target
 from otel_proofscope.semconv import DropReason
 
 _log = logging.getLogger(__name__)
 
 ENV_SWITCH = "PROOFSCOPE_RERUN_PROCESS"
-ENV_WITNESS = "PROOFSCOPE_CAPTURE_WITNESS"
 ENV_TIMEOUT = "PROOFSCOPE_SHUTDOWN_TIMEOUT"
 
 #: kind (u8), items (u32), span events or flush timeout ms (u32), payload bytes (u32)
@@ -90,14 +89,6 @@ class Counts:
 def enabled() -> bool:
     """Whether ``PROOFSCOPE_RERUN_PROCESS`` asks for the out-of-process exporters."""
     return os.environ.get(ENV_SWITCH, "").strip().lower() in ("1", "true", "yes", "on")
-
-
-def _env_float(name: str, default: float) -> float:
-    try:
-        value = float(os.environ.get(name, "") or default)
-    except ValueError:
-        return default
-    return value if value > 0 else default
 
 
 def _lose(ledger: DropLedger, counts: Counts, reason: str) -> None:
@@ -376,16 +367,11 @@ class RerunProcessSpanExporter(SpanExporter):
                  queue_bytes: int | None = None, shutdown_timeout_s: float | None = None) -> None:
         self.target, self.worker = _open(target, queue_bytes)
         self._witness = capture_witness
-        self._timeout = shutdown_timeout_s or _env_float(ENV_TIMEOUT, 3.0)
+        self._timeout = shutdown_timeout_s or env_float(ENV_TIMEOUT, 3.0)
         self._closed = False
 
     def _show_witness(self) -> bool:
-        if self._witness is not None:
-            return self._witness
-        raw = os.environ.get(ENV_WITNESS, "").strip().lower()
-        if raw:
-            return raw in ("1", "true", "yes", "on")
-        return instrumentation.capture_witness_enabled()
+        return show_witness(self._witness)
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         if self.worker is None or not spans:
@@ -428,7 +414,7 @@ class RerunProcessMetricExporter(MetricExporter):
         super().__init__(preferred_temporality=preferred_temporality,  # type: ignore[arg-type]
                          preferred_aggregation=preferred_aggregation)
         self.target, self.worker = _open(target, queue_bytes)
-        self._timeout = shutdown_timeout_s or _env_float(ENV_TIMEOUT, 3.0)
+        self._timeout = shutdown_timeout_s or env_float(ENV_TIMEOUT, 3.0)
         self._closed = False
 
     def export(self, metrics_data: MetricsData, timeout_millis: float = 10_000,
