@@ -39,6 +39,13 @@ ENV_QUEUE = "PROOFSCOPE_RERUN_QUEUE"
 ENV_TIMEOUT = "PROOFSCOPE_SHUTDOWN_TIMEOUT"
 
 
+def _lose_spans(spans: Sequence[ReadableSpan], reason: DropReason) -> None:
+    # Spans and their events, as every other sink counts them (the exit report's
+    # delivered figures subtract both).
+    DROPS.record("spans", SINK, reason, len(spans))
+    DROPS.record("span_events", SINK, reason, sum(len(s.events) for s in spans))
+
+
 def show_witness(explicit: bool | None) -> bool:
     """Whether to draw witness events: the argument, else the env switch, else capture."""
     if explicit is not None:
@@ -94,12 +101,12 @@ class RerunSpanExporter(SpanExporter):
         if self.sink is None:
             return SpanExportResult.SUCCESS
         if self._closed:
-            DROPS.record("spans", SINK, DropReason.SHUTDOWN, len(spans))
+            _lose_spans(spans, DropReason.SHUTDOWN)
             return SpanExportResult.FAILURE
         try:
             self.sink.submit_spans(spans, witness=self._show_witness())
         except Exception as exc:  # never let the exporter raise into the SDK
-            DROPS.record("spans", SINK, DropReason.EXPORT_FAILED, len(spans))
+            _lose_spans(spans, DropReason.EXPORT_FAILED)
             _log.warning("rerun span export failed: %r", exc)
         return SpanExportResult.SUCCESS
 

@@ -48,6 +48,7 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from otel_proofscope.pipeline.drops import DROPS, DropLedger
 from otel_proofscope.pipeline.fast_otlp import encode_export_request
 from otel_proofscope.rerun.exporter import env_float, show_witness
+from otel_proofscope.rerun.shared import SharedByTarget
 from otel_proofscope.rerun.sink import SINK, Target, parse_target
 from otel_proofscope.semconv import DropReason
 
@@ -298,46 +299,16 @@ class RerunWorker:
 
 # ── one worker per target, shared by the span and metric exporters ───────────────────
 
-_lock = threading.Lock()
-_workers: dict[str, tuple[RerunWorker, int]] = {}
+_registry: SharedByTarget[RerunWorker] = SharedByTarget()
 
 
 def acquire(target: Target, **kwargs: Any) -> RerunWorker:
-    with _lock:
-        entry = _workers.get(target.name)
-        if entry is None:
-            worker = RerunWorker(target, **kwargs)
-            _workers[target.name] = (worker, 1)
-            return worker
-        _workers[target.name] = (entry[0], entry[1] + 1)
-        return entry[0]
+    return _registry.acquire(target.name, lambda: RerunWorker(target, **kwargs))
 
 
 def release(worker: RerunWorker, timeout_s: float) -> None:
     """Drop one reference: the last one closes the child, earlier ones only flush."""
-    with _lock:
-        entry = _workers.get(worker.target.name)
-        last = True
-        if entry is not None and entry[0] is worker:
-            if entry[1] > 1:
-                _workers[worker.target.name] = (worker, entry[1] - 1)
-                last = False
-            else:
-                del _workers[worker.target.name]
-    if last:
-        worker.close(timeout_s)
-    else:
-        worker.flush(timeout_s)
-
-
-def _forget_in_child() -> None:
-    # A forked child must not write into its parent's worker pipe.
-    global _lock
-    _lock = threading.Lock()
-    _workers.clear()
-
-
-os.register_at_fork(after_in_child=_forget_in_child)
+    _registry.release(worker.target.name, worker, timeout_s)
 
 
 def _open(target: str | None, queue_bytes: int | None) -> tuple[Target, RerunWorker | None]:

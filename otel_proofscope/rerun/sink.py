@@ -39,6 +39,7 @@ from otel_proofscope.pipeline.drops import DROPS, DropLedger
 from otel_proofscope.rerun import blueprint
 from otel_proofscope.rerun.columns import Frame, Send
 from otel_proofscope.rerun.model import GapTable, ProofRegistry
+from otel_proofscope.rerun.shared import SharedByTarget
 from otel_proofscope.rerun.translate import Issues, SpanTranslator
 from otel_proofscope.rerun.translate_metrics import MetricIssues, MetricTranslator
 from otel_proofscope.semconv import DropReason
@@ -485,44 +486,14 @@ class RerunSink:
 
 # ── one sink per target, shared by the span and metric exporters ─────────────────────
 
-_lock = threading.Lock()
-_sinks: dict[str, tuple[RerunSink, int]] = {}
+_registry: SharedByTarget[RerunSink] = SharedByTarget()
 
 
 def acquire(target: Target, **kwargs: Any) -> RerunSink:
     """The sink for ``target`` (created on first use; reference counted)."""
-    with _lock:
-        entry = _sinks.get(target.name)
-        if entry is None:
-            sink = RerunSink(target, **kwargs)
-            _sinks[target.name] = (sink, 1)
-            return sink
-        _sinks[target.name] = (entry[0], entry[1] + 1)
-        return entry[0]
+    return _registry.acquire(target.name, lambda: RerunSink(target, **kwargs))
 
 
 def release(sink: RerunSink, timeout_s: float) -> None:
     """Drop one reference: the last one closes the sink, earlier ones only flush."""
-    with _lock:
-        entry = _sinks.get(sink.target.name)
-        last = True
-        if entry is not None and entry[0] is sink:
-            if entry[1] > 1:
-                _sinks[sink.target.name] = (sink, entry[1] - 1)
-                last = False
-            else:
-                del _sinks[sink.target.name]
-    if last:
-        sink.close(timeout_s)
-    else:
-        sink.flush(timeout_s)
-
-
-def _forget_in_child() -> None:
-    # A forked child must not write to its parent's recording or wait on its thread.
-    global _lock
-    _lock = threading.Lock()
-    _sinks.clear()
-
-
-os.register_at_fork(after_in_child=_forget_in_child)
+    _registry.release(sink.target.name, sink, timeout_s)
