@@ -1,11 +1,12 @@
 """Rerun exporters that translate in a child process (opt-in: ``PROOFSCOPE_RERUN_PROCESS=1``).
 
-Why: the Rerun translation (~150 µs of Python per span) in a thread of the prover's
-process competes for the prover's GIL (the full pipeline measured 1.85x the discarding
-baseline). Here the prover's process only encodes spans to OTLP bytes with the direct
-encoder (~15 µs per span) and hands them to a writer thread; the child
-(:mod:`otel_proofscope.rerun.worker`) decodes, converts and feeds the same
-:class:`~otel_proofscope.rerun.sink.RerunSink` the in-process exporters use. A span and a
+Why: the Rerun translation (~60 µs of Python per span, plus Rerun's own encoding) in a
+thread of the prover's process competes for the prover's GIL (the full pipeline measured
+1.75-1.94x the discarding baseline). Here the prover's process only packs spans into
+compact marshal frames (:mod:`otel_proofscope.rerun.span_wire`, ~6 µs per span) and
+hands them to a writer thread; the child (:mod:`otel_proofscope.rerun.worker`) unpacks
+them (~11 µs per span) and feeds the same :class:`~otel_proofscope.rerun.sink.RerunSink`
+the in-process exporters use. Metrics, a few points per second, travel as OTLP. A span and a
 metric exporter with the same target share one child, so both land in one recording.
 
 Wire format on the child's stdin: frames of ``HEADER`` (kind, item count, span events or
@@ -46,10 +47,10 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from otel_proofscope.pipeline.drops import DROPS, DropLedger
-from otel_proofscope.pipeline.fast_otlp import encode_export_request
 from otel_proofscope.rerun.exporter import env_float, show_witness
 from otel_proofscope.rerun.shared import SharedByTarget
 from otel_proofscope.rerun.sink import SINK, Target, parse_target
+from otel_proofscope.rerun.span_wire import pack_spans
 from otel_proofscope.semconv import DropReason
 
 _log = logging.getLogger(__name__)
@@ -340,6 +341,7 @@ class RerunProcessSpanExporter(SpanExporter):
         self._witness = capture_witness
         self._timeout = shutdown_timeout_s or env_float(ENV_TIMEOUT, 3.0)
         self._closed = False
+        self._warned_refused = False
 
     def _show_witness(self) -> bool:
         return show_witness(self._witness)
@@ -352,7 +354,16 @@ class RerunProcessSpanExporter(SpanExporter):
             _lose(DROPS, counts, DropReason.SHUTDOWN)
             return SpanExportResult.FAILURE
         try:
-            payload = encode_export_request(spans)
+            payload, refused = pack_spans(spans)
+            if refused:
+                lost = Counts(spans=len(refused), span_events=sum(len(s.events) for s in refused))
+                _lose(DROPS, lost, DropReason.INVALID)
+                counts.sub(lost)
+                if not self._warned_refused:
+                    self._warned_refused = True
+                    _log.warning("rerun: %d span(s) carry attribute values that cannot "
+                                 "be sent to the Rerun worker; dropped and counted (once "
+                                 "logged)", len(refused))
             self.worker.submit(SPANS_WITNESS if self._show_witness() else SPANS, payload,
                                counts)
         except Exception as exc:  # never let the exporter raise into the SDK
