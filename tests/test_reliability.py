@@ -80,15 +80,18 @@ def test_memory_stays_bounded_against_a_dead_collector() -> None:
 
 
 @pytest.mark.parametrize("where", ["under-a-file", "disk-full"])
+@pytest.mark.parametrize("in_child", [True, False], ids=["rerun-in-child", "rerun-in-thread"])
 def test_unwritable_rrd_is_reported_counted_and_otlp_continues(
-        tmp_path: Path, where: str, caplog: pytest.LogCaptureFixture) -> None:
+        tmp_path: Path, where: str, in_child: bool, caplog: pytest.LogCaptureFixture,
+        capfd: pytest.CaptureFixture[str]) -> None:
     from otel_proofscope.pipeline.config import configure
     from otel_proofscope.pipeline.drops import DROPS
 
     (tmp_path / "file").write_text("not a directory")
     target = (f"file:{tmp_path / 'file' / 'x.rrd'}" if where == "under-a-file"
               else "file:/dev/full")
-    telemetry = configure(out_dir=tmp_path / "out", rerun=target, set_global=False)
+    telemetry = configure(out_dir=tmp_path / "out", rerun=target, rerun_process=in_child,
+                          set_global=False)
     spans = events = 0
     with telemetry.tracer.proof(system="gkr"):
         spans += 1
@@ -103,8 +106,10 @@ def test_unwritable_rrd_is_reported_counted_and_otlp_continues(
     assert report.events_exported == {"file": events, "rerun": 0}
     assert DROPS.total(signal="spans", sink="rerun") == spans
     assert DROPS.total(signal="span_events", sink="rerun") == events
-    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"
-                and target.removeprefix("file:") in r.getMessage()]
+    # In this process's log, or on stderr from the Rerun worker process.
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    warnings += capfd.readouterr().err.splitlines()
+    warnings = [w for w in warnings if f"{target} unavailable" in w]
     assert len(warnings) == 1 and "OTLP export is unaffected" in warnings[0]
     lines = (tmp_path / "out" / "traces.jsonl").read_text().splitlines()
     assert sum(len(ss["spans"]) for line in lines for rs in json.loads(line)["resourceSpans"]

@@ -5,7 +5,9 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from opentelemetry.sdk.metrics import MeterProvider
@@ -176,21 +178,95 @@ def test_off_target_starts_no_child() -> None:
     assert DROPS.total() == 0
 
 
-def test_configure_switch_routes_spans_and_metrics_through_one_child(
-        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+@pytest.mark.parametrize("switch, in_child", [(None, True), ("1", True), ("0", False),
+                                               ("off", False)])
+def test_configure_routes_spans_and_metrics_through_one_child_by_default(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, switch: str | None,
+        in_child: bool) -> None:
     from otel_proofscope.pipeline.config import configure
     from otel_proofscope.rerun import process as rerun_process
 
-    monkeypatch.setenv("PROOFSCOPE_RERUN_PROCESS", "1")
+    if switch is None:
+        monkeypatch.delenv("PROOFSCOPE_RERUN_PROCESS", raising=False)
+    else:
+        monkeypatch.setenv("PROOFSCOPE_RERUN_PROCESS", switch)
     rrd = tmp_path / "switch.rrd"
     telemetry = configure(out_dir=tmp_path, rerun=f"file:{rrd}", set_global=False)
     rerun_proc = next(p for p in telemetry.span_processors if p.sink == "rerun")
-    assert isinstance(rerun_proc.exporter, rerun_process.RerunProcessSpanExporter)
+    assert isinstance(rerun_proc.exporter, rerun_process.RerunProcessSpanExporter) is in_child
     assert any(isinstance(e.inner, rerun_process.RerunProcessMetricExporter)
-               for e in telemetry.metric_exporters)
+               for e in telemetry.metric_exporters) is in_child
     with telemetry.tracer.proof(system="gkr", layers=1), \
             telemetry.tracer.layer(index=0, kind="MatMul", rounds=1):
         telemetry.tracer.sumcheck_round(0, [1, 2], 3)
     report = telemetry.shutdown(timeout_s=10)
     assert report.spans_exported["rerun"] == 2
     assert "/gkr/walk/nodes" in readback.read(rrd).paths()
+
+
+def test_configure_argument_wins_over_the_environment(monkeypatch: pytest.MonkeyPatch,
+                                                      tmp_path: Path) -> None:
+    from otel_proofscope.pipeline.config import configure
+    from otel_proofscope.rerun.exporter import RerunSpanExporter
+
+    monkeypatch.setenv("PROOFSCOPE_RERUN_PROCESS", "1")
+    telemetry = configure(out_dir=tmp_path, rerun=f"file:{tmp_path / 'a.rrd'}",
+                          rerun_process=False, set_global=False)
+    rerun_proc = next(p for p in telemetry.span_processors if p.sink == "rerun")
+    assert type(rerun_proc.exporter) is RerunSpanExporter
+    telemetry.shutdown(timeout_s=5)
+
+
+def _forked_prover(telemetry: Any, results: Any) -> None:
+    """A multiprocessing worker forked after configure(): proves, reports its own
+    Rerun losses and warnings, then stays alive while the parent shuts down."""
+    said: list[str] = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = lambda record: said.append(record.getMessage())  # type: ignore[method-assign]
+    logging.getLogger("otel_proofscope.rerun").addHandler(handler)
+    with telemetry.tracer.proof(system="gkr", layers=2):
+        for i in range(2):
+            with telemetry.tracer.layer(index=i, kind="MatMul", rounds=1):
+                telemetry.tracer.sumcheck_round(0, [1, 2], 3)
+    for p in telemetry.span_processors:
+        p.force_flush(5000)
+    results.put((DROPS.total(signal="spans", sink="rerun"),
+                 DROPS.total(signal="span_events", sink="rerun"),
+                 sum("was forked from the one that owns" in m for m in said)))
+    time.sleep(6)
+
+
+@pytest.mark.parametrize("in_child", [True, False], ids=["rerun-in-child", "rerun-in-thread"])
+def test_forked_worker_counts_its_rerun_spans_and_does_not_hold_up_the_parent(
+        tmp_path: Path, in_child: bool) -> None:
+    import multiprocessing
+
+    from otel_proofscope.pipeline.config import configure
+
+    rrd = tmp_path / "fork.rrd"
+    telemetry = configure(out_dir=tmp_path, rerun=f"file:{rrd}", rerun_process=in_child,
+                          set_global=False)
+    ctx = multiprocessing.get_context("fork")
+    results = ctx.Queue()
+    worker = ctx.Process(target=_forked_prover, args=(telemetry, results), daemon=True)
+    worker.start()
+    try:
+        # The fork's own 3 spans and 2 round events: not drawn, counted, said once.
+        assert results.get(timeout=20) == (3, 2, 1)
+        with telemetry.tracer.proof(system="gkr", layers=3):
+            for i in range(3):
+                with telemetry.tracer.layer(index=i, kind="MatMul", rounds=1):
+                    telemetry.tracer.sumcheck_round(0, [1, 2], 3)
+        start = time.monotonic()
+        report = telemetry.shutdown(timeout_s=3)
+        took = time.monotonic() - start
+        assert worker.is_alive()  # still holding whatever it inherited
+    finally:
+        worker.kill()
+        worker.join(5)
+    # The worker's inherited pipe did not keep the parent's Rerun child waiting for EOF.
+    assert took < 2.0
+    assert report.spans_exported["rerun"] == 4
+    assert DROPS.total(sink="rerun") == 0
+    proofs = {p for p in readback.read(rrd).paths() if p.startswith("/proof/progress/")}
+    assert len(proofs) == 1, proofs  # the parent's proof only

@@ -287,6 +287,7 @@ def configure(
     resource_attributes: Mapping[str, str] | None = None,
     out_dir: str | Path | None = None,
     rerun: str | None = None,
+    rerun_process: bool | None = None,
     prometheus_port: int | None = None,
     capture_witness: bool | None = None,
     export_witness: bool | None = None,
@@ -307,6 +308,9 @@ def configure(
             (``PROOFSCOPE_OUT_DIR``, default ``./proofscope-out``).
         rerun: ``spawn``, ``file:PATH.rrd``, ``rerun+http://HOST:PORT/proxy`` or ``off``
             (default ``PROOFSCOPE_RERUN``, else off).
+        rerun_process: translate for Rerun in a child process, so the translation does
+            not compete with the prover for the GIL (``PROOFSCOPE_RERUN_PROCESS``,
+            default on; off keeps it in a thread of this process).
         prometheus_port: also serve ``/metrics`` on 127.0.0.1:PORT
             (``PROOFSCOPE_PROMETHEUS_PORT``).
         capture_witness: record activation statistics and attention scores at all
@@ -401,14 +405,13 @@ def configure(
         elif name == "console":
             add_spans("console", ConsoleSpanExporter())
         elif name == "rerun":
-            from otel_proofscope.rerun import process as rerun_process
+            from otel_proofscope.rerun import process as rerun_child
             from otel_proofscope.rerun.exporter import RerunSpanExporter
 
             target = rerun_target if rerun_on else None
-            # PROOFSCOPE_RERUN_PROCESS=1: translate in a child process (less GIL contention
-            # for the prover); spans and metrics must take the same route, one recording.
-            span_cls = (rerun_process.RerunProcessSpanExporter if rerun_process.enabled()
-                        else RerunSpanExporter)
+            # Spans and metrics must take the same route: one recording.
+            span_cls = (rerun_child.RerunProcessSpanExporter
+                        if rerun_child.enabled(rerun_process) else RerunSpanExporter)
             add_spans("rerun", span_cls(target, capture_witness=capture), local=True)
         else:
             add_spans(name, _entry_point("opentelemetry_traces_exporter", name)())
@@ -424,11 +427,11 @@ def configure(
         elif name == "console":
             add_metrics("console", ConsoleMetricExporter())
         elif name == "rerun":
-            from otel_proofscope.rerun import process as rerun_process
+            from otel_proofscope.rerun import process as rerun_child
             from otel_proofscope.rerun.exporter import RerunMetricExporter
 
-            metric_cls = (rerun_process.RerunProcessMetricExporter if rerun_process.enabled()
-                          else RerunMetricExporter)
+            metric_cls = (rerun_child.RerunProcessMetricExporter
+                          if rerun_child.enabled(rerun_process) else RerunMetricExporter)
             add_metrics("rerun", metric_cls(rerun_target if rerun_on else None))
         elif name == "prometheus":
             prometheus_port = prometheus_port or 9464

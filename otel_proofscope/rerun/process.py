@@ -1,4 +1,4 @@
-"""Rerun exporters that translate in a child process (opt-in: ``PROOFSCOPE_RERUN_PROCESS=1``).
+"""Rerun exporters that translate in a child process (``configure()``'s default).
 
 Why: the Rerun translation (~60 µs of Python per span, plus Rerun's own encoding) in a
 thread of the prover's process competes for the prover's GIL (the full pipeline measured
@@ -33,6 +33,7 @@ import subprocess
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import IO, Any
@@ -88,9 +89,14 @@ class Counts:
         self.metric_points -= other.metric_points
 
 
-def enabled() -> bool:
-    """Whether ``PROOFSCOPE_RERUN_PROCESS`` asks for the out-of-process exporters."""
-    return os.environ.get(ENV_SWITCH, "").strip().lower() in ("1", "true", "yes", "on")
+def enabled(explicit: bool | None = None) -> bool:
+    """Whether :func:`~otel_proofscope.pipeline.config.configure` translates in a child:
+    ``explicit`` if given, else ``PROOFSCOPE_RERUN_PROCESS`` (default on; ``0`` keeps the
+    translation in a thread of the prover's process)."""
+    if explicit is not None:
+        return explicit
+    raw = os.environ.get(ENV_SWITCH, "").strip().lower()
+    return raw not in ("0", "false", "no", "off")
 
 
 def _lose(ledger: DropLedger, counts: Counts, reason: str) -> None:
@@ -136,6 +142,25 @@ class RerunWorker:
                                         daemon=True, name="proofscope-rerun-proc-reader")
         self._writer.start()
         self._reader.start()
+        self._forked = False
+        weak = weakref.WeakMethod(self._after_fork_in_child)
+        os.register_at_fork(after_in_child=lambda: (m := weak()) and m())
+
+    def _after_fork_in_child(self) -> None:
+        # A forked process (a multiprocessing worker) inherits this object but not its
+        # threads, and holds the pipe to the parent's child open: the parent's child
+        # would then never see EOF and be killed at the shutdown deadline, losing spans.
+        # The fork closes its copies and counts its own spans as sink_unavailable; what
+        # was queued belongs to the parent, which sends it.
+        self._cond = threading.Condition(threading.Lock())
+        self._forked = self._dead = self._gone = True
+        self._queue.clear()
+        self._queued_bytes = 0
+        self._flushes.clear()
+        for pipe in (self.proc.stdin, self.proc.stdout):
+            with contextlib.suppress(OSError, ValueError):
+                if pipe is not None:
+                    os.close(pipe.fileno())
 
     # ── producer side (exporter threads): never blocks on the child ──────────────────
 
@@ -155,6 +180,12 @@ class RerunWorker:
                 self._cond.notify()
         if reason is not None:
             _lose(self._ledger, counts, reason)
+            if self._forked and not self._warned:
+                self._warned = True
+                _log.warning("rerun: this process was forked from the one that owns the Rerun "
+                             "worker for %s; its own spans and metrics are not drawn "
+                             "(counted in proofscope.dropped as sink_unavailable); OTLP "
+                             "export is unaffected", self.target.name)
             return False
         return True
 
@@ -180,6 +211,8 @@ class RerunWorker:
     def close(self, timeout_s: float) -> None:
         """Let the child draw what is queued within ``timeout_s``, then kill it."""
         deadline = time.monotonic() + max(timeout_s, 0.0)
+        if self._forked:
+            return  # the process and threads belong to the parent
         with self._cond:
             if self._closing:
                 return

@@ -25,6 +25,7 @@ import socket
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -170,12 +171,39 @@ class RerunSink:
         self._warned_unavailable = False
         self._warned_translate = False
         self._shutdown_timeout = 3.0
+        self._forked = False
+        weak = weakref.WeakMethod(self._after_fork_in_child)
+        os.register_at_fork(after_in_child=lambda: (m := weak()) and m())
+
+    def _after_fork_in_child(self) -> None:
+        # A forked process inherits this sink but not its thread, and must not write to
+        # its parent's recording: it counts its own items as sink_unavailable. What was
+        # queued belongs to the parent, which sends it.
+        self._cond = threading.Condition(threading.Lock())
+        self._forked = True
+        self._queue.clear()
+        self._queued = 0
+        self._in_flight = []
+        self._unconfirmed = []
+
+    def _refuse_forked(self, item: _Item) -> None:
+        self._lose_item(item, DropReason.SINK_UNAVAILABLE)
+        if not self._warned_unavailable:
+            self._warned_unavailable = True
+            _log.warning("rerun: this process was forked from the one that owns the Rerun "
+                         "recording %s; its own spans and metrics are not drawn (counted in "
+                         "proofscope.dropped as sink_unavailable); OTLP export is "
+                         "unaffected", self.target.name)
 
     # ── producer side (exporter threads): never blocks, never calls Rerun ────────────
 
     def submit_spans(self, spans: Sequence[ReadableSpan], *, witness: bool = False) -> int:
         """Queue ``spans``; returns how many were accepted (the rest are counted)."""
         if not spans:
+            return 0
+        if self._forked:
+            self._refuse_forked(_Item("spans", None, len(spans),
+                                      sum(len(s.events) for s in spans)))
             return 0
         with self._cond:
             if self._closed:
@@ -202,6 +230,9 @@ class RerunSink:
                 for sm in rm.scope_metrics for m in sm.metrics)
         if n == 0:
             return True
+        if self._forked:
+            self._refuse_forked(_Item("metrics", None, n))
+            return False
         with self._cond:
             ok = not self._closed and self._queued + n <= self._capacity
             if ok:
@@ -218,6 +249,8 @@ class RerunSink:
 
     def flush(self, timeout_s: float) -> bool:
         """Wait (at most ``timeout_s``) until everything queued so far reached Rerun."""
+        if self._forked:
+            return False
         with self._cond:
             if self._closed:
                 return not self._queue
@@ -231,6 +264,8 @@ class RerunSink:
 
     def close(self, timeout_s: float) -> None:
         """Send what is queued within ``timeout_s``, then close the recording."""
+        if self._forked:
+            return  # the recording and its thread belong to the parent
         deadline = time.monotonic() + max(timeout_s, 0.0)
         with self._cond:
             if self._closed:
