@@ -178,14 +178,15 @@ def test_off_target_starts_no_child() -> None:
     assert DROPS.total() == 0
 
 
-@pytest.mark.parametrize("switch, in_child", [(None, True), ("1", True), ("0", False),
-                                               ("off", False)])
-def test_configure_routes_spans_and_metrics_through_one_child_by_default(
-        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, switch: str | None,
+@pytest.mark.parametrize("switch, cpus, in_child", [
+    (None, 8, True), (None, 2, False), ("1", 2, True), ("0", 8, False), ("off", 8, False)])
+def test_configure_routes_spans_and_metrics_through_one_child_where_cores_allow(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, switch: str | None, cpus: int,
         in_child: bool) -> None:
     from otel_proofscope.pipeline.config import configure
     from otel_proofscope.rerun import process as rerun_process
 
+    monkeypatch.setattr(rerun_process, "usable_cpus", lambda: cpus)
     if switch is None:
         monkeypatch.delenv("PROOFSCOPE_RERUN_PROCESS", raising=False)
     else:

@@ -309,8 +309,9 @@ def configure(
         rerun: ``spawn``, ``file:PATH.rrd``, ``rerun+http://HOST:PORT/proxy`` or ``off``
             (default ``PROOFSCOPE_RERUN``, else off).
         rerun_process: translate for Rerun in a child process, so the translation does
-            not compete with the prover for the GIL (``PROOFSCOPE_RERUN_PROCESS``,
-            default on; off keeps it in a thread of this process).
+            not compete with the prover for the GIL, or in a thread of this process
+            (``PROOFSCOPE_RERUN_PROCESS``; default: a child where 4 or more CPUs are
+            usable).
         prometheus_port: also serve ``/metrics`` on 127.0.0.1:PORT
             (``PROOFSCOPE_PROMETHEUS_PORT``).
         capture_witness: record activation statistics and attention scores at all

@@ -1,4 +1,4 @@
-"""Rerun exporters that translate in a child process (``configure()``'s default).
+"""Rerun exporters that translate in a child process (``configure()``'s default on 4+ CPUs).
 
 Why: the Rerun translation (~60 µs of Python per span, plus Rerun's own encoding) in a
 thread of the prover's process competes for the prover's GIL (the full pipeline measured
@@ -89,14 +89,34 @@ class Counts:
         self.metric_points -= other.metric_points
 
 
+#: Usable CPUs from which ``configure()`` translates in a child by default.
+AUTO_MIN_CPUS = 4
+
+
+def usable_cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not on Linux
+        return os.cpu_count() or 1
+
+
 def enabled(explicit: bool | None = None) -> bool:
-    """Whether :func:`~otel_proofscope.pipeline.config.configure` translates in a child:
-    ``explicit`` if given, else ``PROOFSCOPE_RERUN_PROCESS`` (default on; ``0`` keeps the
-    translation in a thread of the prover's process)."""
+    """Whether :func:`~otel_proofscope.pipeline.config.configure` translates in a child.
+
+    ``explicit`` if given, else ``PROOFSCOPE_RERUN_PROCESS`` (``1`` / ``0``), else
+    automatic: a child where at least ``AUTO_MIN_CPUS`` CPUs are usable. There the
+    child's start-up (~1 s of imports) and its translation run on otherwise idle cores;
+    with fewer they compete with the prover and its export threads for the CPU, which
+    costs a short proof more than the GIL contention the child saves (benchmarks/README).
+    """
     if explicit is not None:
         return explicit
     raw = os.environ.get(ENV_SWITCH, "").strip().lower()
-    return raw not in ("0", "false", "no", "off")
+    if raw in ("0", "false", "no", "off"):
+        return False
+    if raw in ("1", "true", "yes", "on"):
+        return True
+    return usable_cpus() >= AUTO_MIN_CPUS
 
 
 def _lose(ledger: DropLedger, counts: Counts, reason: str) -> None:
