@@ -1,13 +1,15 @@
 """Pipeline cost on the prover thread and OTLP end-to-end delivery, vs the stock SDK.
 
-Run: python benchmarks/bench_pipeline.py [--spans N]
+Run: python benchmarks/bench_pipeline.py [--spans N] [--rounds R] [--round-heavy EVENTS]
 Starts a real OTLP gRPC receiver on 127.0.0.1 in a separate process (the official proto
 services, answering success), as a collector would be, and measures, side by side and
 interleaved over several rounds:
 
 * per-span cost on the prover thread: discarding exporter, stock SDK
   BatchSpanProcessor + OTLP, otel_proofscope's bounded pipeline + the official OTLP
-  exporter, and the bounded pipeline + FastOTLPSpanExporter (direct wire encoder);
+  exporter, the bounded pipeline + FastOTLPSpanExporter (direct wire encoder), and the
+  full pipeline (OTLP + Rerun) with the Rerun translation in a thread and in a child;
+* the same per round event, on a round-heavy burst (N/4 layers of 32 rounds);
 * a burst of N spans: how many the receiver got, and how many were lost (and, for
   otel_proofscope, whether the loss was counted exactly);
 * the encoders alone: µs per prover span, official ``encode_spans`` +
@@ -33,7 +35,7 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_serv
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
-from otel_proofscope.pipeline.drops import DropLedger
+from otel_proofscope.pipeline.drops import DROPS, DropLedger
 from otel_proofscope.pipeline.fast_otlp import FastOTLPSpanExporter, encode_export_request
 from otel_proofscope.pipeline.processor import BoundedBatchSpanProcessor
 from otel_proofscope.rerun.exporter import RerunSpanExporter
@@ -97,8 +99,8 @@ class Discard(SpanExporter):
         return SpanExportResult.SUCCESS
 
 
-def workload(provider: TracerProvider, n: int) -> float:
-    """A prover-like span: a layer with 8 attributes and 4 round events."""
+def workload(provider: TracerProvider, n: int, rounds: int = 4) -> float:
+    """A prover-like span: a layer with 8 attributes and ``rounds`` round events."""
     tracer = provider.get_tracer("bench")
     root: Any = None
     attrs: dict[str, Any] = {"proof.layer.index": 1, "proof.layer.kind": "MatMul",
@@ -116,7 +118,7 @@ def workload(provider: TracerProvider, n: int) -> float:
         ctx = trace.set_span_in_context(root)
         attrs["proof.layer.index"] = i % 100
         with tracer.start_as_current_span("proof.layer", context=ctx, attributes=attrs) as span:
-            for _r in range(4):
+            for _r in range(rounds):
                 span.add_event("proof.sumcheck.round", ev)
         if i % 100 == 99 or i == n - 1:
             root.end()
@@ -171,13 +173,15 @@ def encoder_costs(n: int = 512, reps: int = 7) -> list[tuple[str, float, float]]
 
 
 def run(label: str, processor_factory, n: int, receiver: Receiver | None,  # type: ignore[no-untyped-def]
-        ledger: DropLedger | None = None) -> dict[str, object]:
+        ledger: DropLedger | None = None, rounds: int = 4) -> dict[str, object]:
     provider = TracerProvider()
     made = processor_factory()
     for processor in made if isinstance(made, list) else [made]:
         provider.add_span_processor(processor)
     before = receiver.spans if receiver else 0
-    elapsed = workload(provider, n)
+    # The Rerun sink and its worker count their own losses in the process-wide ledger.
+    rerun_before = DROPS.total(signal="spans", sink="rerun")
+    elapsed = workload(provider, n, rounds)
     total = n + (n + 99) // 100  # the layers and their proof roots
     flush_start = time.perf_counter()
     provider.shutdown()
@@ -185,9 +189,13 @@ def run(label: str, processor_factory, n: int, receiver: Receiver | None,  # typ
     if receiver:  # let the receiver process count what was already sent
         receiver.wait_for(before + total, timeout=2.0)
     delivered = (receiver.spans - before) if receiver else total
-    counted = ledger.total(signal="spans") if ledger else None
-    return {"label": label, "per_span_us": elapsed / n * 1e6, "delivered": delivered,
-            "lost": total - delivered, "counted": counted, "shutdown_s": flush}
+    counted = ledger.total(signal="spans", sink="otlp") if ledger else None
+    rerun_lost = (DROPS.total(signal="spans", sink="rerun") - rerun_before
+                  + (ledger.total(signal="spans", sink="rerun") if ledger else 0))
+    return {"label": label, "per_span_us": elapsed / n * 1e6,
+            "per_round_us": elapsed / (n * rounds) * 1e6, "delivered": delivered,
+            "lost": total - delivered, "counted": counted, "shutdown_s": flush,
+            "rerun_lost": rerun_lost}
 
 
 def main() -> int:
@@ -195,6 +203,9 @@ def main() -> int:
     parser.add_argument("--spans", type=int, default=20_000)
     parser.add_argument("--rounds", type=int, default=3,
                         help="interleaved rounds of all pipelines (medians reported)")
+    parser.add_argument("--round-heavy", type=int, default=32, metavar="EVENTS",
+                        help="also run a round-heavy burst: spans/4 layers with this many "
+                             "round events each (0: skip)")
     args = parser.parse_args()
     n = args.spans
     receiver = Receiver()
@@ -226,33 +237,51 @@ def main() -> int:
              RerunProcessSpanExporter(f"file:{tempfile.mkdtemp()}/bench.rrd"), sink="rerun",
              ledger=led)], True),
     ]
-    results: dict[str, list[dict[str, object]]] = {label: [] for label, _, _ in pipelines}
+    bursts = [("span", n, 4)]
+    if args.round_heavy > 0:
+        bursts.append(("round", max(n // 4, 1), args.round_heavy))
+    results: dict[tuple[str, str], list[dict[str, object]]] = {
+        (unit, label): [] for unit, _, _ in bursts for label, _, _ in pipelines}
     for _ in range(args.rounds):
-        base = None
-        for label, factory, remote in pipelines:
-            ledger = DropLedger(log_interval_s=3600)
-            row = run(label, lambda f=factory, led=ledger: f(led), n,
-                      receiver if remote else None,
-                      ledger if not label.startswith(("discard", "stock")) else None)
-            base = base or float(row["per_span_us"])  # type: ignore[arg-type]
-            row["ratio"] = float(row["per_span_us"]) / base  # type: ignore[arg-type]
-            results[label].append(row)
+        for unit, spans, rounds in bursts:
+            base = None
+            for label, factory, remote in pipelines:
+                ledger = DropLedger(log_interval_s=3600)
+                row = run(label, lambda f=factory, led=ledger: f(led), spans,
+                          receiver if remote else None,
+                          ledger if not label.startswith(("discard", "stock")) else None,
+                          rounds=rounds)
+                cost = float(row[f"per_{unit}_us"])  # type: ignore[arg-type]
+                base = base or cost
+                row["ratio"] = cost / base
+                results[(unit, label)].append(row)
     receiver.close()
-    print(f"\nburst of {n} spans (4 events each) against a real OTLP gRPC receiver in another "
-          f"process on loopback; medians of {args.rounds} interleaved rounds\n")
-    print("| pipeline | prover-thread µs/span | vs discard (median of per-round ratios, "
-          "range) | delivered | lost | lost & counted | shutdown s |")
-    print("|---|---|---|---|---|---|---|")
-    for label, rows in results.items():
-        def med(key: str, rows: list[dict[str, object]] = rows) -> float:
-            return statistics.median(float(r[key]) for r in rows)  # type: ignore[arg-type]
-        ratios = [float(r["ratio"]) for r in rows]  # type: ignore[arg-type]
-        counted: object = "—" if label.startswith("discard") else (
-            "n/a (uncounted)" if rows[0]["counted"] is None
-            else int(med("counted")))
-        print(f"| {label} | {med('per_span_us'):.1f} | {statistics.median(ratios):.2f}x "
-              f"({min(ratios):.2f}–{max(ratios):.2f}) | {int(med('delivered'))} | "
-              f"{int(med('lost'))} | {counted} | {med('shutdown_s'):.2f} |")
+    for unit, spans, rounds in bursts:
+        print(f"\nburst of {spans} layer spans ({rounds} round events each) against a real "
+              f"OTLP gRPC receiver in another process on loopback; medians of {args.rounds} "
+              f"interleaved rounds\n")
+        print(f"| pipeline | prover-thread µs/{unit} | vs discard (median of per-round "
+              "ratios, range) | OTLP: delivered spans | lost | lost & counted | "
+              "Rerun: spans lost (all counted) | shutdown s |")
+        print("|---|---|---|---|---|---|---|---|")
+        for (u, label), rows in results.items():
+            if u != unit:
+                continue
+
+            def med(key: str, rows: list[dict[str, object]] = rows) -> float:
+                return statistics.median(float(r[key]) for r in rows)  # type: ignore[arg-type]
+            ratios = [float(r["ratio"]) for r in rows]  # type: ignore[arg-type]
+            counted: object = "—" if label.startswith("discard") else (
+                "n/a (uncounted)" if rows[0]["counted"] is None
+                else int(med("counted")))
+            rerun = (f"{int(med('rerun_lost'))} of {rows[0]['delivered'] + rows[0]['lost']} "
+                     f"(range {min(int(r['rerun_lost']) for r in rows)}–"  # type: ignore[call-overload]
+                     f"{max(int(r['rerun_lost']) for r in rows)})"  # type: ignore[call-overload]
+                     if "Rerun" in label else "—")
+            print(f"| {label} | {med(f'per_{unit}_us'):.1f} | "
+                  f"{statistics.median(ratios):.2f}x ({min(ratios):.2f}–{max(ratios):.2f}) | "
+                  f"{int(med('delivered'))} | {int(med('lost'))} | {counted} | {rerun} | "
+                  f"{med('shutdown_s'):.2f} |")
     print("\nOTLP encoding alone, prover span (8 attributes incl. 2 int arrays, 4 events of "
           "4 attributes incl. a 3-string array), batch of 512\n")
     print("| spans | official encode_spans + SerializeToString µs/span | "

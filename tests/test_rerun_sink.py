@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import socket
 import subprocess
@@ -219,3 +220,35 @@ def test_shutdown_is_bounded_when_rerun_hangs(tmp_path: Path,
     sink.close(0.3)
     assert DROPS.total(signal="spans", reason="shutdown") == len(first) + len(second)
     release.set()
+
+
+def test_second_writer_of_one_rrd_gets_its_own_file(tmp_path: Path,
+                                                    caplog: pytest.LogCaptureFixture) -> None:
+    # Two writers would interleave two streams into one corrupt recording (two provers,
+    # or a multiprocessing worker that called configure() with the parent's target).
+    path = tmp_path / "shared.rrd"
+    first = RerunSink(parse_target(f"file:{path}"))
+    second = RerunSink(parse_target(f"file:{path}"))
+    batch_a, batch_b = spans(2), spans(3)
+    first.submit_spans(batch_a)
+    assert first.flush(10)
+    with caplog.at_level(logging.WARNING, logger="otel_proofscope.rerun.sink"):
+        second.submit_spans(batch_b)
+        assert second.flush(10)
+    first.close(5)
+    second.close(5)
+    sibling = path.with_name(f"shared-{os.getpid()}.rrd")
+    assert [r.getMessage() for r in caplog.records] == [
+        f"rerun: {path} is being written by another process; this one writes its "
+        f"recording to {sibling}"]
+    for file, batch in ((path, batch_a), (sibling, batch_b)):
+        rec = readback.read(file)
+        assert readback.recording_count(file) == 1
+        assert len(rec.rows("/gkr/walk/nodes")) == 2 * (len(batch) - 1)  # start + end per layer
+    assert DROPS.total(sink="rerun") == 0
+    # The lock goes with the writer: a later one takes the original name again.
+    third = RerunSink(parse_target(f"file:{path}"))
+    third.submit_spans(spans(1))
+    assert third.flush(10)
+    third.close(5)
+    assert len(readback.read(path).rows("/gkr/walk/nodes")) == 2

@@ -19,6 +19,7 @@ delivery cannot be confirmed), and a reconnect attempt every few seconds.
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 import os
 import socket
@@ -31,6 +32,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlparse
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - not on POSIX
+    fcntl = None  # type: ignore[assignment]
 
 import rerun as rr
 from opentelemetry.sdk.metrics.export import MetricsData
@@ -171,6 +177,7 @@ class RerunSink:
         self._warned_unavailable = False
         self._warned_translate = False
         self._shutdown_timeout = 3.0
+        self._file_lock: int | None = None
         self._forked = False
         weak = weakref.WeakMethod(self._after_fork_in_child)
         os.register_at_fork(after_in_child=lambda: (m := weak()) and m())
@@ -463,10 +470,40 @@ class RerunSink:
     def _open_file(self) -> str | None:
         path = Path(self.target.path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "ab"):  # fail here, clearly, if it cannot be written
-            pass
+        path = self._claim(path)
         self._recording().save(path, default_blueprint=blueprint.build())
         return None
+
+    def _claim(self, path: Path) -> Path:
+        """Hold an exclusive lock on the file while writing it: a second writer (another
+        prover, or a worker that called ``configure()`` with the same target) would
+        interleave two streams into one corrupt recording. Such a writer gets a sibling
+        file named after its pid instead, and says so once."""
+        fallback = path.with_name(f"{path.stem}-{os.getpid()}{path.suffix}")
+        for candidate in (path, fallback):
+            # Fails here, clearly, when the file cannot be written at all.
+            fd = os.open(candidate, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            if fcntl is not None:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    os.close(fd)
+                    continue
+                except OSError:
+                    pass  # a filesystem without locks: write unguarded, as Rerun would
+            self._file_lock = fd
+            if candidate != path:
+                _log.warning("rerun: %s is being written by another process; this one "
+                             "writes its recording to %s", path, candidate)
+            return candidate
+        raise RuntimeError(f"{path} and {fallback} are both being written by other "
+                           f"processes")
+
+    def _release_file(self) -> None:
+        fd, self._file_lock = self._file_lock, None
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)  # releases the lock
 
     def _open_viewer(self, *, spawn: bool) -> str | None:
         t = self.target
@@ -517,6 +554,8 @@ class RerunSink:
             rec.disconnect()
         except Exception as exc:
             _log.debug("rerun: disconnect raised %r", exc)
+        finally:
+            self._release_file()
 
 
 # ── one sink per target, shared by the span and metric exporters ─────────────────────

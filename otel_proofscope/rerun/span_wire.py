@@ -35,12 +35,13 @@ _OK = Status(StatusCode.OK)
 
 def _plain(attrs: Any) -> dict[str, Any]:
     # The SDK's BoundedAttributes keeps a plain dict; marshal takes exact dicts only.
-    if not attrs:
-        return {}
+    # (Its __len__, hence `not attrs`, is Python code: tested last.)
     if type(attrs) is dict:
         return attrs
     inner = getattr(attrs, "_dict", None)
-    return inner if type(inner) is dict else dict(attrs)
+    if type(inner) is dict:
+        return inner
+    return dict(attrs) if attrs else {}
 
 
 def _record(s: ReadableSpan) -> tuple[Any, ...]:
