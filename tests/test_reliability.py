@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from otel_proofscope.rerun import readback
+
 CHILD = textwrap.dedent("""
     import sys, time
     import otel_proofscope as ps
@@ -48,7 +50,7 @@ MEMORY_CHILD = textwrap.dedent("""
     import os, sys, psutil
     import otel_proofscope as ps
     os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] = sys.argv[1]
-    t = ps.configure(rerun="off", shutdown_timeout_s=1.0)
+    t = ps.configure(rerun=sys.argv[3], shutdown_timeout_s=1.0)
     tracer = t.tracer
     proc = psutil.Process()
     n = int(sys.argv[2])
@@ -67,16 +69,24 @@ MEMORY_CHILD = textwrap.dedent("""
 
 
 @pytest.mark.slow
-def test_memory_stays_bounded_against_a_dead_collector() -> None:
+@pytest.mark.parametrize("rerun", ["off", "child"])
+def test_memory_stays_bounded_against_a_dead_collector(tmp_path: Path, rerun: str) -> None:
+    # "child": Rerun on, translated in its child process (configure()'s default on 4+
+    # CPUs); the prover process's growth must stay as bounded as with OTLP alone.
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     n = int(os.environ.get("PROOFSCOPE_MEMORY_TEST_SPANS", "200000"))
+    target = "off" if rerun == "off" else f"file:{tmp_path / 'memory.rrd'}"
+    env = dict(os.environ, PROOFSCOPE_RERUN_PROCESS="1")
     out = subprocess.run([sys.executable, "-c", MEMORY_CHILD, f"http://127.0.0.1:{port}",
-                          str(n)], capture_output=True, text=True, timeout=600, check=True)
+                          str(n), target], capture_output=True, text=True, timeout=600,
+                         check=True, env=env, cwd=tmp_path)
     growth, dropped = (int(x) for x in out.stdout.split())
     assert growth <= 64 * 2**20, f"RSS grew {growth / 2**20:.1f} MiB"
     assert dropped == n + 2  # every span of the run, nothing delivered, nothing unaccounted
+    if rerun == "child":
+        assert readback.recording_count(tmp_path / "memory.rrd") == 1
 
 
 @pytest.mark.parametrize("where", ["under-a-file", "disk-full"])

@@ -409,3 +409,15 @@ def test_proof_keys_never_collide() -> None:
     assert proofs.get(0x1234ABCD_00000000_00000000_00000001) is a
     proofs.get(3)  # evicts the least recently used (b)
     assert not proofs.known(0x1234ABCD_00000000_00000000_00000002) and proofs.evicted == 1
+
+
+def test_derived_row_memo_stays_bounded_and_only_resends_identical_rows() -> None:
+    from otel_proofscope.rerun.model import MAX_SENT_ROWS, ProofModel
+
+    model = ProofModel(key="k", ordinal=0)
+    n = 3 * MAX_SENT_ROWS
+    assert len(model.diff("s", [(t, t * 2) for t in range(n)])) == n
+    assert len(model.sent["s"]) <= MAX_SENT_ROWS
+    assert model.diff("s", [(n - 1, (n - 1) * 2)]) == []  # a recent row: remembered
+    assert model.diff("s", [(n - 1, 0)]) == [(n - 1, 0)]  # changed: sent again
+    assert model.diff("s", [(0, 0)]) == [(0, 0)]  # forgotten: re-sent (identical)

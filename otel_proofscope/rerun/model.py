@@ -21,6 +21,8 @@ from otel_proofscope.rerun.layout import proof_offset
 
 #: Proofs whose state is kept (least recently used first out).
 MAX_PROOFS = 256
+#: Rows remembered per derived series; older ones may be re-sent (identical, harmless).
+MAX_SENT_ROWS = 4096
 
 
 @dataclass
@@ -90,6 +92,11 @@ class ProofModel:
             if sent.get(t) != payload:
                 sent[t] = payload
                 out.append((t, payload))
+        if len(sent) > MAX_SENT_ROWS:
+            # A proof with more layer spans than layers (re-proved layers, a long-lived
+            # trace) would otherwise grow this memo without bound: keep the newest half.
+            keep = sorted(sent)[-(MAX_SENT_ROWS // 2):]
+            self.sent[series] = {t: sent[t] for t in keep}
         return out
 
 

@@ -65,7 +65,7 @@ SPANS, SPANS_WITNESS, METRICS, FLUSH = 1, 2, 3, 4
 #: Largest payload the child accepts; a larger length means the stream is corrupt.
 MAX_FRAME = 256 << 20
 #: Encoded bytes queued in the parent before new batches are dropped and counted.
-DEFAULT_QUEUE_BYTES = 64 << 20
+DEFAULT_QUEUE_BYTES = 32 << 20
 
 
 @dataclass
