@@ -421,3 +421,29 @@ def test_derived_row_memo_stays_bounded_and_only_resends_identical_rows() -> Non
     assert model.diff("s", [(n - 1, (n - 1) * 2)]) == []  # a recent row: remembered
     assert model.diff("s", [(n - 1, 0)]) == [(n - 1, 0)]  # changed: sent again
     assert model.diff("s", [(0, 0)]) == [(0, 0)]  # forgotten: re-sent (identical)
+
+
+@pytest.mark.parametrize("order", ["one batch", "finish order, one span per batch",
+                                   "parents first, one span per batch"])
+def test_circuit_backbone_rows_do_not_depend_on_arrival_order(order: str) -> None:
+    # The sink coalesces whatever is queued, so which spans share a translation batch is
+    # a matter of timing: the backbone drawn at the proof's start must not depend on it.
+    from otel_proofscope.rerun.columns import Frame
+    from otel_proofscope.rerun.model import ProofRegistry
+    from otel_proofscope.rerun.translate import GapTable, SpanTranslator
+
+    spans = record(layers=6)
+    batches = {"one batch": [spans],
+               "finish order, one span per batch": [[s] for s in spans],
+               "parents first, one span per batch": [[s] for s in reversed(spans)]}[order]
+    translator = SpanTranslator(ProofRegistry(), GapTable())
+    times: list[int] = []
+    for batch in batches:
+        frame = Frame()
+        translator.translate(batch, frame)
+        for send in frame.sends():
+            if send.path.endswith("/backbone"):
+                times += send.indexes[0].as_arrow_array().cast("int64").to_pylist()
+    proof = next(s for s in spans if s.name == SpanName.PROOF)
+    circuit = next(s for s in spans if s.name == SpanName.CIRCUIT_COMPILE)
+    assert sorted(times) == [proof.start_time, circuit.end_time]

@@ -451,7 +451,9 @@ class SpanTranslator:
                    "ERROR" if failed else "INFO")
         # The walk is over: dismiss the cursor.
         frame.points(f"gkr/walk/{p}/cursor", end, [])
-        if model.circuit_nodes is None and model.declared_layers:
+        # Whether or not a circuit span came (or will come) too: the rows must not depend
+        # on arrival order. A circuit compiled during the proof redraws it at its end.
+        if model.declared_layers:
             self._backbone(model, frame, start, range(model.declared_layers))
 
     def _backbone(self, model: ProofModel, frame: Frame, t: int,
