@@ -177,10 +177,16 @@ class RerunWorker:
         self._queue.clear()
         self._queued_bytes = 0
         self._flushes.clear()
-        for pipe in (self.proc.stdin, self.proc.stdout):
-            with contextlib.suppress(OSError, ValueError):
-                if pipe is not None:
-                    os.close(pipe.fileno())
+        # dup2 over the descriptors rather than closing them: the file objects still
+        # own those numbers, and closing them later must not hit an unrelated file.
+        with contextlib.suppress(OSError, ValueError):
+            null = os.open(os.devnull, os.O_RDWR)
+            try:
+                for pipe in (self.proc.stdin, self.proc.stdout):
+                    if pipe is not None:
+                        os.dup2(null, pipe.fileno(), inheritable=False)
+            finally:
+                os.close(null)
 
     # ── producer side (exporter threads): never blocks on the child ──────────────────
 
