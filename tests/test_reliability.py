@@ -37,6 +37,7 @@ def test_sigterm_mid_proof_flushes_within_the_bound(tmp_path: Path) -> None:
     start = time.monotonic()
     proc.send_signal(signal.SIGTERM)
     rc = proc.wait(10)
+    proc.stdout.close()
     assert time.monotonic() - start < 4.0
     assert rc == 128 + signal.SIGTERM
     spans = [s for line in (tmp_path / "traces.jsonl").read_text().splitlines()

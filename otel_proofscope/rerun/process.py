@@ -304,6 +304,8 @@ class RerunWorker:
                 self._apply(report)
             except (ValueError, TypeError, KeyError) as exc:
                 _log.debug("rerun worker: unreadable report %r: %r", line[:200], exc)
+        with contextlib.suppress(OSError):
+            pipe.close()  # EOF: the child is gone; nothing else reads this pipe
         self._child_gone()
 
     def _apply(self, report: dict[str, Any]) -> None:
