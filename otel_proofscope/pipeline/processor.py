@@ -19,10 +19,8 @@ from __future__ import annotations
 
 import collections
 import logging
-import os
 import threading
 import time
-import weakref
 from collections.abc import Sequence
 
 from opentelemetry.context import Context
@@ -30,6 +28,7 @@ from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from otel_proofscope.pipeline.drops import DROPS, DropLedger
+from otel_proofscope.pipeline.forking import after_fork_in_child
 from otel_proofscope.semconv import DropReason
 
 _log = logging.getLogger(__name__)
@@ -87,8 +86,7 @@ class BoundedBatchSpanProcessor(SpanProcessor):
         self._ledger = ledger
         self._init_state()
         # A child process must not re-export what its parent already queued.
-        weak = weakref.WeakMethod(self._init_state)
-        os.register_at_fork(after_in_child=lambda: (m := weak()) and m())
+        after_fork_in_child(self._init_state)
 
     def _init_state(self) -> None:
         self._queue: collections.deque[ReadableSpan] = collections.deque()

@@ -33,7 +33,6 @@ import subprocess
 import sys
 import threading
 import time
-import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import IO, Any
@@ -48,6 +47,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from otel_proofscope.pipeline.drops import DROPS, DropLedger
+from otel_proofscope.pipeline.forking import after_fork_in_child
 from otel_proofscope.rerun.exporter import env_float, show_witness
 from otel_proofscope.rerun.shared import SharedByTarget
 from otel_proofscope.rerun.sink import SINK, Target, parse_target
@@ -163,8 +163,7 @@ class RerunWorker:
         self._writer.start()
         self._reader.start()
         self._forked = False
-        weak = weakref.WeakMethod(self._after_fork_in_child)
-        os.register_at_fork(after_in_child=lambda: (m := weak()) and m())
+        after_fork_in_child(self._after_fork_in_child)
 
     def _after_fork_in_child(self) -> None:
         # A forked process (a multiprocessing worker) inherits this object but not its

@@ -6,10 +6,11 @@ the same sink (or child process); the last release closes it, earlier ones only 
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Callable
 from typing import Generic, Protocol, TypeVar
+
+from otel_proofscope.pipeline.forking import after_fork_in_child
 
 
 class Closable(Protocol):
@@ -27,7 +28,7 @@ class SharedByTarget(Generic[T]):
         self._entries: dict[str, tuple[T, int]] = {}
         # A forked child must not write to its parent's recording or pipe, nor wait on
         # its threads: it starts with an empty registry.
-        os.register_at_fork(after_in_child=self._forget)
+        after_fork_in_child(self._forget)
 
     def acquire(self, name: str, create: Callable[[], T]) -> T:
         with self._lock:

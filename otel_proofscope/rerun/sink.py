@@ -26,7 +26,6 @@ import socket
 import threading
 import time
 import uuid
-import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,6 +42,7 @@ from opentelemetry.sdk.metrics.export import MetricsData
 from opentelemetry.sdk.trace import ReadableSpan
 
 from otel_proofscope.pipeline.drops import DROPS, DropLedger
+from otel_proofscope.pipeline.forking import after_fork_in_child
 from otel_proofscope.rerun import blueprint
 from otel_proofscope.rerun.columns import Frame, Send
 from otel_proofscope.rerun.model import GapTable, ProofRegistry
@@ -179,8 +179,7 @@ class RerunSink:
         self._shutdown_timeout = 3.0
         self._file_lock: int | None = None
         self._forked = False
-        weak = weakref.WeakMethod(self._after_fork_in_child)
-        os.register_at_fork(after_in_child=lambda: (m := weak()) and m())
+        after_fork_in_child(self._after_fork_in_child)
 
     def _after_fork_in_child(self) -> None:
         # A forked process inherits this sink but not its thread, and must not write to

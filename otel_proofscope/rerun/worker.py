@@ -115,8 +115,8 @@ class Worker:
             self._lose_spans(count, events, DropReason.INVALID)
             return
         if batch.first_error:
-            _log.warning("rerun worker: %s (%d record(s) refused)", batch.first_error,
-                         batch.rejected_spans)
+            _log.warning("rerun worker: %s (%d record(s) with %d event(s) refused)",
+                         batch.first_error, batch.rejected_spans, batch.rejected_events)
         got_events = sum(len(s.events) for s in batch.spans)
         self._lose_spans(count - len(batch.spans), events - got_events, DropReason.INVALID)
         self._make_room(len(batch.spans))

@@ -1,0 +1,17 @@
+"""One fork hook for every object that must reset itself in a forked child."""
+
+from __future__ import annotations
+
+import os
+import weakref
+from collections.abc import Callable
+
+
+def after_fork_in_child(method: Callable[[], object]) -> None:
+    """Run the bound ``method`` in a forked child, for as long as its object lives.
+
+    A child inherits queues, locks and pipes but not the threads that serve them. The
+    hook holds the object weakly, so registering it never keeps an exporter alive.
+    """
+    weak = weakref.WeakMethod(method)  # type: ignore[arg-type]
+    os.register_at_fork(after_in_child=lambda: (m := weak()) and m())
