@@ -38,7 +38,7 @@ from otel_proofscope.gpu import evidence
 from otel_proofscope.gpu._instruments import instruments_for
 from otel_proofscope.gpu.backend import DeviceIdentity, Gap, HwState
 from otel_proofscope.gpu.evidence import ClaimSet, Evidence, active_span
-from otel_proofscope.pipeline.drops import REJECTIONS
+from otel_proofscope.ledger import REJECTIONS
 from otel_proofscope.semconv import Attr, EventName, GpuCapability, Metric, MetricDef
 
 _log = logging.getLogger("otel_proofscope.gpu")

@@ -26,7 +26,7 @@ from opentelemetry.util.types import AttributeValue
 from otel_proofscope import instrumentation
 from otel_proofscope.gpu._instruments import Instruments
 from otel_proofscope.gpu.backend import DeviceIdentity, Gap
-from otel_proofscope.pipeline.drops import DROPS
+from otel_proofscope.ledger import DROPS
 from otel_proofscope.semconv import Attr, DropReason, EventName, Metric
 
 _log = logging.getLogger("otel_proofscope.gpu")

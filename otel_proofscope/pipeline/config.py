@@ -43,7 +43,7 @@ from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SpanExporter
 
 from otel_proofscope import instrumentation
 from otel_proofscope.instrumentation import ProofTracer
-from otel_proofscope.pipeline.drops import DROPS, DropLedger
+from otel_proofscope.ledger import DROPS, DropLedger
 from otel_proofscope.pipeline.metric_export import CountingMetricExporter
 from otel_proofscope.pipeline.privacy import WitnessFilter
 from otel_proofscope.pipeline.processor import BoundedBatchSpanProcessor, SpanLimitAccounting
@@ -264,7 +264,7 @@ class Telemetry:
         thread.join(max(0.0, deadline - time.monotonic()))
 
     def _make_report(self, budget: float, timed_out: bool) -> ShutdownReport:
-        from otel_proofscope.pipeline.drops import REJECTIONS
+        from otel_proofscope.ledger import REJECTIONS
 
         delivered = {p.sink: p.stats.delivered(self.ledger, p.sink)
                      for p in self.span_processors}

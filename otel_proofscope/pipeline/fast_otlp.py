@@ -40,7 +40,7 @@ from opentelemetry.sdk.trace import Event, ReadableSpan, Span
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.sdk.util import BoundedList
 
-from otel_proofscope.pipeline.drops import DROPS, DropLedger
+from otel_proofscope.ledger import DROPS, DropLedger
 from otel_proofscope.semconv import DropReason
 
 _log = logging.getLogger(__name__)

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from opentelemetry import metrics
 from opentelemetry.metrics import CallbackOptions, Observation
 
-from otel_proofscope.pipeline.drops import DROPS, REJECTIONS
+from otel_proofscope.ledger import DROPS, REJECTIONS
 from otel_proofscope.semconv import METER_NAME, Attr, Metric
 from otel_proofscope.version import __version__
 

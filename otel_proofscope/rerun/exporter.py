@@ -27,7 +27,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from otel_proofscope import instrumentation
-from otel_proofscope.pipeline.drops import DROPS
+from otel_proofscope.ledger import DROPS
 from otel_proofscope.rerun import sink as sinks
 from otel_proofscope.rerun.sink import SINK, RerunSink, Target, parse_target
 from otel_proofscope.semconv import DropReason

@@ -46,7 +46,7 @@ from opentelemetry.sdk.metrics.view import Aggregation
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from otel_proofscope.pipeline.drops import DROPS, DropLedger
+from otel_proofscope.ledger import DROPS, DropLedger
 from otel_proofscope.pipeline.forking import after_fork_in_child
 from otel_proofscope.rerun.exporter import env_float, show_witness
 from otel_proofscope.rerun.shared import SharedByTarget

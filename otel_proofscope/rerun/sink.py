@@ -2,7 +2,7 @@
 
 The exporters only enqueue (``submit_*`` never blocks and never calls Rerun); the
 sender thread translates and sends. Every item that does not reach Rerun is counted in
-:data:`~otel_proofscope.pipeline.drops.DROPS` under sink ``rerun``: queue full, viewer
+:data:`~otel_proofscope.ledger.DROPS` under sink ``rerun``: queue full, viewer
 unavailable, shutdown deadline, or invalid input.
 
 Targets (``PROOFSCOPE_RERUN``): ``file:PATH.rrd`` (the default, ``file:proofscope.rrd``),
@@ -41,7 +41,7 @@ import rerun as rr
 from opentelemetry.sdk.metrics.export import MetricsData
 from opentelemetry.sdk.trace import ReadableSpan
 
-from otel_proofscope.pipeline.drops import DROPS, DropLedger
+from otel_proofscope.ledger import DROPS, DropLedger
 from otel_proofscope.pipeline.forking import after_fork_in_child
 from otel_proofscope.rerun import blueprint
 from otel_proofscope.rerun.columns import Frame, Send

@@ -36,7 +36,7 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
 )
 
 from otel_proofscope.integrations.otlp_receiver import convert
-from otel_proofscope.pipeline.drops import DropLedger
+from otel_proofscope.ledger import DropLedger
 from otel_proofscope.rerun import sink as sinks
 from otel_proofscope.rerun import span_wire
 from otel_proofscope.rerun.process import (

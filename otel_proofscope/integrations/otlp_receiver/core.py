@@ -25,7 +25,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from otel_proofscope.integrations.otlp_receiver import codec, convert
-from otel_proofscope.pipeline.drops import DROPS, DropLedger
+from otel_proofscope.ledger import DROPS, DropLedger
 from otel_proofscope.semconv import DropReason
 
 _log = logging.getLogger("otel_proofscope.serve")
