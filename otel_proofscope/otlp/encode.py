@@ -414,3 +414,14 @@ def encode_export_request(spans: Sequence[ReadableSpan]) -> bytes:
         out.append(b"\x0a" + _ld(b"".join(rs_parts)))
     return b"".join(out)
 
+
+def encode_metrics_request(metrics_data: Any) -> bytes:
+    """Serialized ``ExportMetricsServiceRequest`` for SDK ``MetricsData``.
+
+    The official encoder, through its public module: metrics are low volume (one batch
+    per collection interval), so its cost does not matter.
+    """
+    from opentelemetry.exporter.otlp.proto.common.metrics_encoder import encode_metrics
+
+    return encode_metrics(metrics_data).SerializeToString()  # type: ignore[no-any-return]
+

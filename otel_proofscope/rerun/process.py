@@ -47,6 +47,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from otel_proofscope.ledger import DROPS, DropLedger
+from otel_proofscope.otlp.encode import encode_metrics_request
 from otel_proofscope.pipeline.forking import after_fork_in_child
 from otel_proofscope.rerun.exporter import env_float, show_witness
 from otel_proofscope.rerun.shared import SharedByTarget
@@ -470,12 +471,7 @@ class RerunProcessMetricExporter(MetricExporter):
             _lose(DROPS, counts, DropReason.SHUTDOWN)
             return MetricExportResult.FAILURE
         try:
-            # Low volume: the official encoder is fast enough here.
-            from opentelemetry.exporter.otlp.proto.common._internal.metrics_encoder import (
-                encode_metrics,
-            )
-
-            payload = encode_metrics(metrics_data).SerializeToString()
+            payload = encode_metrics_request(metrics_data)
             self.worker.submit(METRICS, payload, counts)
         except Exception as exc:
             _lose(DROPS, counts, DropReason.EXPORT_FAILED)

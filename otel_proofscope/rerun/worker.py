@@ -35,8 +35,8 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
     ExportMetricsServiceRequest,
 )
 
-from otel_proofscope.integrations.otlp_receiver import convert
 from otel_proofscope.ledger import DropLedger
+from otel_proofscope.otlp import decode
 from otel_proofscope.rerun import sink as sinks
 from otel_proofscope.rerun import span_wire
 from otel_proofscope.rerun.process import (
@@ -125,7 +125,7 @@ class Worker:
     def _metrics(self, points: int, payload: bytes) -> None:
         self.received.metric_points += points
         try:
-            batch = convert.metrics_from_request(ExportMetricsServiceRequest.FromString(payload))
+            batch = decode.metrics_from_request(ExportMetricsServiceRequest.FromString(payload))
         except Exception as exc:
             _log.warning("rerun worker: undecodable metric frame: %r", exc)
             self.ledger.record("metric_points", SINK, DropReason.INVALID, points)

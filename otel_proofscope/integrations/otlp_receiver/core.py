@@ -24,8 +24,9 @@ from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult,
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from otel_proofscope.integrations.otlp_receiver import codec, convert
+from otel_proofscope.integrations.otlp_receiver import codec
 from otel_proofscope.ledger import DROPS, DropLedger
+from otel_proofscope.otlp import decode
 from otel_proofscope.semconv import DropReason
 
 _log = logging.getLogger("otel_proofscope.serve")
@@ -157,7 +158,7 @@ class Ingest:
         return self.handle_metrics(request)
 
     def handle_traces(self, request: ExportTraceServiceRequest) -> Result:
-        batch = convert.spans_from_request(request)
+        batch = decode.spans_from_request(request)
         rejected, message = batch.rejected, batch.error_message
         if rejected:
             self._ledger.record("spans", SINK, DropReason.INVALID.value, rejected)
@@ -173,7 +174,7 @@ class Ingest:
                       codec.response(codec.Signal.TRACES, rejected, message))
 
     def handle_metrics(self, request: ExportMetricsServiceRequest) -> Result:
-        batch = convert.metrics_from_request(request)
+        batch = decode.metrics_from_request(request)
         rejected, message = batch.rejected, batch.error_message
         if rejected:
             self._ledger.record("metric_points", SINK, DropReason.INVALID.value, rejected)
