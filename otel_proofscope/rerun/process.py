@@ -102,7 +102,7 @@ def usable_cpus() -> int:
 
 
 def enabled(explicit: bool | None = None) -> bool:
-    """Whether :func:`~otel_proofscope.pipeline.config.configure` translates in a child.
+    """Whether :func:`~otel_proofscope.setup.configure` translates in a child.
 
     ``explicit`` if given, else ``PROOFSCOPE_RERUN_PROCESS`` (``1`` / ``0``), else
     automatic: a child where at least ``AUTO_MIN_CPUS`` CPUs are usable. There the
