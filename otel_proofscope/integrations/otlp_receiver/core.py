@@ -111,10 +111,6 @@ class Ingest:
 
     # ── checks the front ends run before they have the body ─────────────────────────
 
-    @property
-    def requires_token(self) -> bool:
-        return self._token is not None
-
     def authorized(self, authorization: str | None) -> bool:
         """Whether an ``Authorization`` header value carries the configured bearer token."""
         if self._token is None:
