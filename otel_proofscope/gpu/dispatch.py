@@ -35,9 +35,9 @@ from opentelemetry.trace import Span
 from opentelemetry.util.types import AttributeValue
 
 from otel_proofscope.gpu import evidence
-from otel_proofscope.gpu._instruments import instruments_for
 from otel_proofscope.gpu.backend import DeviceIdentity, Gap, HwState
 from otel_proofscope.gpu.evidence import Evidence, EvidenceDedup, active_span
+from otel_proofscope.gpu.instruments import instruments_for
 from otel_proofscope.ledger import REJECTIONS
 from otel_proofscope.semconv import Attr, EventName, GpuCapability, Metric, MetricDef
 

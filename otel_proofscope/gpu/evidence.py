@@ -24,8 +24,8 @@ from opentelemetry.trace import Span
 from opentelemetry.util.types import AttributeValue
 
 from otel_proofscope import instrumentation
-from otel_proofscope.gpu._instruments import Instruments
 from otel_proofscope.gpu.backend import DeviceIdentity, Gap
+from otel_proofscope.gpu.instruments import Instruments
 from otel_proofscope.ledger import DROPS
 from otel_proofscope.semconv import Attr, DropReason, EventName, Metric
 

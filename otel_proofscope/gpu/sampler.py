@@ -31,7 +31,6 @@ from opentelemetry.trace import Span
 from opentelemetry.util.types import AttributeValue
 
 from otel_proofscope.gpu import evidence as ev
-from otel_proofscope.gpu._instruments import instruments_for
 from otel_proofscope.gpu.backend import (
     BackendUnavailable,
     DeviceIdentity,
@@ -41,6 +40,7 @@ from otel_proofscope.gpu.backend import (
     HwState,
 )
 from otel_proofscope.gpu.evidence import Evidence, EvidenceDedup
+from otel_proofscope.gpu.instruments import instruments_for
 from otel_proofscope.semconv import Attr, Metric, MetricDef
 
 _log = logging.getLogger("otel_proofscope.gpu")
