@@ -29,7 +29,7 @@ class DropKey:
         return {
             Attr.PROOFSCOPE_SIGNAL: self.signal,
             Attr.PROOFSCOPE_SINK: self.sink,
-            Attr.PROOFSCOPE_REASON: self.reason,
+            Attr.REASON: self.reason,
         }
 
 

@@ -19,7 +19,7 @@ def _dropped(_options: CallbackOptions) -> Iterable[Observation]:
 
 def _rejected(_options: CallbackOptions) -> Iterable[Observation]:
     for (field, reason), n in REJECTIONS.snapshot().items():
-        yield Observation(n, {Attr.PROOFSCOPE_FIELD: field, Attr.PROOFSCOPE_REASON: reason})
+        yield Observation(n, {Attr.PROOFSCOPE_FIELD: field, Attr.REASON: reason})
 
 
 def register_self_metrics(meter_provider: metrics.MeterProvider) -> None:

@@ -51,7 +51,7 @@ from otel_proofscope.otlp.encode import encode_metrics_request
 from otel_proofscope.pipeline.forking import after_fork_in_child
 from otel_proofscope.rerun.exporter import env_float, show_witness
 from otel_proofscope.rerun.shared import SharedByTarget
-from otel_proofscope.rerun.sink import SINK, Target, parse_target
+from otel_proofscope.rerun.sink import LEDGER_SINK, Target, parse_target
 from otel_proofscope.rerun.span_wire import pack_spans
 from otel_proofscope.semconv import DropReason
 
@@ -122,7 +122,7 @@ def enabled(explicit: bool | None = None) -> bool:
 
 def _lose(ledger: DropLedger, counts: Counts, reason: str) -> None:
     for signal, n in counts.as_dict().items():
-        ledger.record(signal, SINK, reason, n)
+        ledger.record(signal, LEDGER_SINK, reason, n)
 
 
 @dataclass

@@ -31,8 +31,9 @@ from otel_proofscope.semconv import DropReason
 
 _log = logging.getLogger("otel_proofscope.serve")
 
-#: Sink name under which the receiver counts what it rejects or loses.
-SINK = "otlp_receiver"
+#: The ``proofscope.sink`` label of this receiver's entries in the drop ledger.
+LEDGER_SINK = "otlp_receiver"
+SINK = LEDGER_SINK  # the old name
 #: Drop reason for a request without the right bearer token (not yet in semconv.DropReason).
 REASON_UNAUTHENTICATED = "unauthenticated"
 #: Drop reason for a request turned away because the receiver was busy.
@@ -130,7 +131,7 @@ class Ingest:
 
     def reject(self, signal: codec.Signal, outcome: Outcome, message: str) -> Result:
         """Count a refused request and build its result."""
-        self._ledger.record(requests_signal(signal), SINK, _REASON[outcome])
+        self._ledger.record(requests_signal(signal), LEDGER_SINK, _REASON[outcome])
         self._count(signal, outcome)
         _log.info("rejected OTLP %s request (%s): %s", signal.value, outcome.value, message)
         return Result(outcome, message)
@@ -157,7 +158,7 @@ class Ingest:
         batch = decode.spans_from_request(request)
         rejected, message = batch.rejected, batch.error_message
         if rejected:
-            self._ledger.record("spans", SINK, DropReason.INVALID.value, rejected)
+            self._ledger.record("spans", LEDGER_SINK, DropReason.INVALID.value, rejected)
         accepted = len(batch.spans)
         if batch.spans:
             failed = self._export_spans(batch.spans)
@@ -173,7 +174,7 @@ class Ingest:
         batch = decode.metrics_from_request(request)
         rejected, message = batch.rejected, batch.error_message
         if rejected:
-            self._ledger.record("metric_points", SINK, DropReason.INVALID.value, rejected)
+            self._ledger.record("metric_points", LEDGER_SINK, DropReason.INVALID.value, rejected)
         accepted = batch.points
         if batch.points:
             failed = self._export_metrics(batch.data, batch.points)
@@ -201,7 +202,7 @@ class Ingest:
                     _log.exception("span exporter %s raised", type(exporter).__name__)
                 if not ok:
                     name = type(exporter).__name__
-                    self._ledger.record("spans", f"{SINK}:{name}",
+                    self._ledger.record("spans", f"{LEDGER_SINK}:{name}",
                                         DropReason.EXPORT_FAILED.value, len(spans))
                     errors.append(f"{name}: {why}")
         return "; ".join(errors) if len(errors) == len(self.span_exporters) else ""
@@ -221,7 +222,7 @@ class Ingest:
                     _log.exception("metric exporter %s raised", type(exporter).__name__)
                 if not ok:
                     name = type(exporter).__name__
-                    self._ledger.record("metric_points", f"{SINK}:{name}",
+                    self._ledger.record("metric_points", f"{LEDGER_SINK}:{name}",
                                         DropReason.EXPORT_FAILED.value, points)
                     errors.append(f"{name}: {why}")
         return "; ".join(errors) if len(errors) == len(self.metric_exporters) else ""
