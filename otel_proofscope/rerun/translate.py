@@ -46,6 +46,7 @@ from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.trace import StatusCode
 
 from otel_proofscope import fields
+from otel_proofscope.fields import M31
 from otel_proofscope.otlp.sdk_fields import events_fields, plain_attributes
 from otel_proofscope.rerun import layout
 from otel_proofscope.rerun.columns import Frame, Node
@@ -59,8 +60,6 @@ from otel_proofscope.rerun.model import (
     progress_rows,
 )
 from otel_proofscope.semconv import Attr, EventName, LayerKind, SpanName, StreamAttr
-
-M31 = (1 << 31) - 1
 
 #: Shared, accumulating walk entities (the blueprint gives them a visible time range).
 NODES = "gkr/walk/nodes"
