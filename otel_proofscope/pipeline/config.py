@@ -299,6 +299,7 @@ def configure(
     span_exporters: Sequence[tuple[str, SpanExporter]] = (),
     metric_readers: Sequence[MetricReader] = (),
     set_global: bool = True,
+    map: str | Path | Any = None,  # a preset name, rule file, RuleSet or Mapper
 ) -> Telemetry:
     """Set up tracer + meter providers for a prover and return a :class:`Telemetry`.
 
@@ -326,7 +327,13 @@ def configure(
         handle_sigterm: when SIGTERM has its default action, turn it into ``SystemExit``
             so open spans end (marked as errors) and the bounded shutdown runs at exit.
         set_global: install the providers globally (``get_tracer()`` then uses them).
+        map: mapping rules for a foreign prover's spans, a preset name (``"sp1"``) or a
+            rule file (``PROOFSCOPE_MAP``; docs/mapping.md): every sink receives the
+            contract spans, and the proof metrics are recorded for them.
     """
+    from otel_proofscope.mapping import wiring as mapping
+
+    mapper = mapping.mapper_for(map)
     bound = shutdown_timeout_s or _env_float("PROOFSCOPE_SHUTDOWN_TIMEOUT", 3.0)
     interval = metric_interval_s if metric_interval_s is not None else _env_float(
         "OTEL_METRIC_EXPORT_INTERVAL", 5000.0) / 1000
@@ -362,6 +369,7 @@ def configure(
     used_dir: Path | None = None
 
     def add_spans(sink: str, exporter: SpanExporter, local: bool = False) -> None:
+        exporter = mapping.wrap(exporter, mapper)
         if not local and not export_w:
             exporter = WitnessFilter(exporter)
             witness_filters.append(exporter)
@@ -445,6 +453,7 @@ def configure(
 
     meter_provider = MeterProvider(resource=resource, metric_readers=readers,
                                    shutdown_on_exit=False)
+    mapping.install_metrics(tracer_provider, meter_provider, mapper)
     instrumentation.set_capture_witness(capture)
     if set_global:
         trace.set_tracer_provider(tracer_provider)

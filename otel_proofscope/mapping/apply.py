@@ -1,0 +1,243 @@
+"""Apply ``[[span]]`` / ``[[event]]`` rules: foreign ReadableSpans → contract spans (no I/O).
+
+A span that a rule matches comes out renamed to its contract name (``proof``,
+``proof.layer``, …) with the contract attributes the rule derives, plus
+``proofscope.mapping.source_name`` (its own name) and ``proofscope.mapping.rules`` (the
+preset or file). Everything else it carried (ids, parent, times, status, resource, its
+own attributes, links) is kept, so the Rerun walk, the layer-time series, the OTLP side
+and Jaeger all see one and the same span. Span events that an ``[[event]]`` rule matches
+become ``proof.sumcheck.round`` events. A span no rule touches is returned as the very
+same object (passes through unchanged).
+
+A layer's index comes from an attribute (``index_from``) or, without one, from the
+order in which the rule's spans of one trace are mapped (arrival order, which for
+finished spans is end order). The first mapping of a span fixes its index: mapping it
+again (a second exporter, a retry) gives the same index, so every sink agrees. That
+memory is bounded (``max_traces`` traces, least recently used first out) and what it
+forgets is counted.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from opentelemetry.attributes import BoundedAttributes
+from opentelemetry.sdk.trace import Event, ReadableSpan
+from opentelemetry.sdk.util import BoundedList
+
+from otel_proofscope.mapping.rules import EventRule, RuleSet, SpanRule, Target
+from otel_proofscope.semconv import Attr, EventName, LayerKind, SpanName
+
+DEFAULT_MAX_TRACES = 4096
+#: Layer index beyond which an attribute value is not believed (the Rerun side caps too).
+MAX_INDEX = 1 << 20
+
+CONTRACT_SPANS = frozenset({SpanName.PROOF, SpanName.CIRCUIT_COMPILE, SpanName.LAYER,
+                             SpanName.WEIGHT_OPENING, SpanName.AGGREGATED_BINDING,
+                             SpanName.STARK, SpanName.VERIFY})
+
+
+@dataclass
+class MappingStats:
+    """What a :class:`Mapper` did (all counts since it was made)."""
+
+    spans_seen: int = 0
+    spans_mapped: dict[str, int] = field(default_factory=dict)  # contract span name → n
+    events_mapped: int = 0
+    #: ``index_from`` attribute missing or not a non-negative integer: occurrence order used.
+    index_fallbacks: int = 0
+    #: traces whose occurrence counters were forgotten (the bound): a later layer of such
+    #: a trace restarts at index 0.
+    traces_forgotten: int = 0
+
+    def total_mapped(self) -> int:
+        return sum(self.spans_mapped.values())
+
+
+@dataclass
+class _TraceState:
+    next_index: dict[int, int] = field(default_factory=dict)  # span rule number → next
+    span_index: dict[int, int] = field(default_factory=dict)  # span id → its index
+
+
+class Mapper:
+    """Applies one :class:`RuleSet`; thread-safe, shared by every sink of a pipeline."""
+
+    def __init__(self, rules: RuleSet, *, max_traces: int = DEFAULT_MAX_TRACES) -> None:
+        if max_traces < 1:
+            raise ValueError("max_traces must be >= 1")
+        self.rules = rules
+        self.stats = MappingStats()
+        self._label = rules.label
+        self._max_traces = max_traces
+        self._traces: OrderedDict[int, _TraceState] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def map_spans(self, spans: Iterable[ReadableSpan]) -> list[ReadableSpan]:
+        return [self.map_span(s) for s in spans]
+
+    def map_span(self, span: ReadableSpan) -> ReadableSpan:
+        """The contract version of ``span``, or ``span`` itself when no rule applies."""
+        with self._lock:
+            self.stats.spans_seen += 1
+            name = span.name
+            if name in CONTRACT_SPANS:
+                return span  # already speaks the contract: never renamed twice
+            attrs = span.attributes or {}
+            rule = next((r for r in self.rules.spans if r.match.matches(name, attrs)), None)
+            events = self._events(span, name)
+            if rule is None and events is None:
+                return span
+            new_name = name
+            new_attrs: dict[str, Any] = dict(attrs)
+            if rule is not None:
+                new_name = rule.to.span_name
+                self._span_attributes(rule, span, new_attrs)
+                new_attrs[Attr.MAPPING_SOURCE_NAME] = name
+                new_attrs[Attr.MAPPING_RULES] = self._label
+                self.stats.spans_mapped[new_name] = self.stats.spans_mapped.get(new_name, 0) + 1
+            return _rebuild(span, new_name, new_attrs,
+                            events if events is not None else span.events)
+
+    # ── spans ────────────────────────────────────────────────────────────────────────
+
+    def _span_attributes(self, rule: SpanRule, span: ReadableSpan,
+                         out: dict[str, Any]) -> None:
+        source = span.attributes or {}
+        for target, key in rule.copy.items():
+            if key in source:
+                out[target] = source[key]
+        out.update(rule.attributes)
+        if rule.to is Target.PROOF and self.rules.meta.system \
+                and Attr.PROOF_SYSTEM not in out:
+            out[Attr.PROOF_SYSTEM] = self.rules.meta.system
+        if rule.to is Target.LAYER:
+            out[Attr.LAYER_INDEX] = self._layer_index(rule, span, source)
+            out[Attr.LAYER_KIND] = _layer_kind(rule, span.name, source, out)
+
+    def _layer_index(self, rule: SpanRule, span: ReadableSpan, source: Mapping[str, Any]) -> int:
+        if rule.index_from is not None:
+            index = _as_index(source.get(rule.index_from))
+            if index is not None:
+                return index
+            self.stats.index_fallbacks += 1
+        ctx = span.context
+        if ctx is None:
+            return 0
+        state = self._trace(ctx.trace_id)
+        known = state.span_index.get(ctx.span_id)
+        if known is not None:
+            return known
+        index = state.next_index.get(rule.number, 0)
+        state.next_index[rule.number] = index + 1
+        state.span_index[ctx.span_id] = index
+        return index
+
+    def _trace(self, trace_id: int) -> _TraceState:
+        state = self._traces.get(trace_id)
+        if state is None:
+            state = self._traces[trace_id] = _TraceState()
+            if len(self._traces) > self._max_traces:
+                self._traces.popitem(last=False)
+                self.stats.traces_forgotten += 1
+        else:
+            self._traces.move_to_end(trace_id)
+        return state
+
+    # ── events ───────────────────────────────────────────────────────────────────────
+
+    def _events(self, span: ReadableSpan, span_name: str) -> list[Event] | None:
+        """The span's events with rules applied, or None when no rule touched any."""
+        rules = self.rules.events
+        if not rules or not span.events:
+            return None
+        out: list[Event] = []
+        changed = False
+        seen = 0  # rounds without round_from are numbered in order within their span
+        for ev in span.events:
+            attrs = ev.attributes or {}
+            rule = next((r for r in rules if r.match.matches(ev.name, attrs)
+                         and (r.on is None or r.on.matches(span_name, None))), None)
+            if rule is None:
+                out.append(ev)
+                continue
+            changed = True
+            out.append(self._round_event(rule, ev, attrs, seen))
+            seen += 1
+        return out if changed else None
+
+    def _round_event(self, rule: EventRule, ev: Event, source: Mapping[str, Any],
+                     position: int) -> Event:
+        attrs: dict[str, Any] = dict(source)
+        for target, key in rule.copy.items():
+            if key in source:
+                attrs[target] = source[key]
+        attrs.update(rule.attributes)
+        rnd = _as_index(source.get(rule.round_from)) if rule.round_from else None
+        if rnd is None:
+            if rule.round_from is not None:
+                self.stats.index_fallbacks += 1
+            rnd = position
+        attrs[Attr.SUMCHECK_ROUND] = rnd
+        attrs[Attr.MAPPING_SOURCE_NAME] = ev.name
+        self.stats.events_mapped += 1
+        return Event(EventName.SUMCHECK_ROUND, _bounded(attrs, 0), ev.timestamp, limit=None)
+
+
+def _layer_kind(rule: SpanRule, name: str, source: Mapping[str, Any],
+                out: Mapping[str, Any]) -> str:
+    if rule.kind is not None:
+        return rule.kind
+    if rule.kind_from is not None:
+        value = source.get(rule.kind_from)
+        if isinstance(value, str) and value:
+            return value
+    if name in rule.kinds:
+        return rule.kinds[name]
+    existing = out.get(Attr.LAYER_KIND)
+    return existing if isinstance(existing, str) and existing else LayerKind.UNKNOWN.value
+
+
+def _as_index(value: object) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value if 0 <= value <= MAX_INDEX else None
+    if isinstance(value, float) and value.is_integer():
+        return _as_index(int(value))
+    if isinstance(value, str) and value.strip().isdigit():
+        return _as_index(int(value.strip()))
+    return None
+
+
+def _bounded(values: Mapping[str, Any], dropped: int) -> BoundedAttributes:
+    attrs = BoundedAttributes(None, None, immutable=False, extended_attributes=True)
+    store = getattr(attrs, "_dict", None)
+    if isinstance(store, dict):
+        # Values came from a valid span or a checked rule file: skip the per-value
+        # re-validation, which would double the cost of a mapped span.
+        store.update(values)
+    else:  # pragma: no cover - a future SDK without the private store
+        attrs = BoundedAttributes(None, values, immutable=False, extended_attributes=True)
+    attrs.dropped = dropped
+    return attrs
+
+
+def _rebuild(span: ReadableSpan, name: str, attrs: Mapping[str, Any],
+             events: Sequence[Event]) -> ReadableSpan:
+    dropped_attrs = getattr(span.attributes, "dropped", 0) or 0
+    new_events: BoundedList[Event] = BoundedList(None)
+    new_events.extend(events)
+    new_events.dropped = getattr(span.events, "dropped", 0) or 0
+    links: BoundedList[Any] = BoundedList(None)
+    links.extend(span.links)
+    links.dropped = getattr(span.links, "dropped", 0) or 0
+    return ReadableSpan(
+        name=name, context=span.context, parent=span.parent, resource=span.resource,
+        attributes=_bounded(attrs, int(dropped_attrs)), events=new_events, links=links,
+        kind=span.kind, status=span.status, start_time=span.start_time,
+        end_time=span.end_time, instrumentation_scope=span.instrumentation_scope)
