@@ -62,6 +62,7 @@ class MappingStats:
 class _TraceState:
     next_index: dict[int, int] = field(default_factory=dict)  # span rule number → next
     span_index: dict[int, int] = field(default_factory=dict)  # span id → its index
+    counted: set[int] = field(default_factory=set)  # span ids already in the stats
 
 
 class Mapper:
@@ -83,13 +84,16 @@ class Mapper:
     def map_span(self, span: ReadableSpan) -> ReadableSpan:
         """The contract version of ``span``, or ``span`` itself when no rule applies."""
         with self._lock:
-            self.stats.spans_seen += 1
+            # Every sink maps the same span: the stats count it once.
+            first = self._first_time(span)
+            if first:
+                self.stats.spans_seen += 1
             name = span.name
             if name in CONTRACT_SPANS:
                 return span  # already speaks the contract: never renamed twice
             attrs = span.attributes or {}
             rule = next((r for r in self.rules.spans if r.match.matches(name, attrs)), None)
-            events = self._events(span, name)
+            events = self._events(span, name, first)
             if rule is None and events is None:
                 return span
             new_name = name
@@ -99,7 +103,9 @@ class Mapper:
                 self._span_attributes(rule, span, new_attrs)
                 new_attrs[Attr.MAPPING_SOURCE_NAME] = name
                 new_attrs[Attr.MAPPING_RULES] = self._label
-                self.stats.spans_mapped[new_name] = self.stats.spans_mapped.get(new_name, 0) + 1
+                if first:
+                    self.stats.spans_mapped[new_name] = \
+                        self.stats.spans_mapped.get(new_name, 0) + 1
             return _rebuild(span, new_name, new_attrs,
                             events if events is not None else span.events)
 
@@ -120,12 +126,13 @@ class Mapper:
             out[Attr.LAYER_KIND] = _layer_kind(rule, span.name, source, out)
 
     def _layer_index(self, rule: SpanRule, span: ReadableSpan, source: Mapping[str, Any]) -> int:
+        ctx = span.context
         if rule.index_from is not None:
             index = _as_index(source.get(rule.index_from))
             if index is not None:
                 return index
-            self.stats.index_fallbacks += 1
-        ctx = span.context
+            if ctx is None or ctx.span_id not in self._trace(ctx.trace_id).span_index:
+                self.stats.index_fallbacks += 1
         if ctx is None:
             return 0
         state = self._trace(ctx.trace_id)
@@ -136,6 +143,16 @@ class Mapper:
         state.next_index[rule.number] = index + 1
         state.span_index[ctx.span_id] = index
         return index
+
+    def _first_time(self, span: ReadableSpan) -> bool:
+        ctx = span.context
+        if ctx is None:
+            return True
+        counted = self._trace(ctx.trace_id).counted
+        if ctx.span_id in counted:
+            return False
+        counted.add(ctx.span_id)
+        return True
 
     def _trace(self, trace_id: int) -> _TraceState:
         state = self._traces.get(trace_id)
@@ -150,7 +167,7 @@ class Mapper:
 
     # ── events ───────────────────────────────────────────────────────────────────────
 
-    def _events(self, span: ReadableSpan, span_name: str) -> list[Event] | None:
+    def _events(self, span: ReadableSpan, span_name: str, count: bool) -> list[Event] | None:
         """The span's events with rules applied, or None when no rule touched any."""
         rules = self.rules.events
         if not rules or not span.events:
@@ -166,12 +183,12 @@ class Mapper:
                 out.append(ev)
                 continue
             changed = True
-            out.append(self._round_event(rule, ev, attrs, seen))
+            out.append(self._round_event(rule, ev, attrs, seen, count))
             seen += 1
         return out if changed else None
 
     def _round_event(self, rule: EventRule, ev: Event, source: Mapping[str, Any],
-                     position: int) -> Event:
+                     position: int, count: bool) -> Event:
         attrs: dict[str, Any] = dict(source)
         for target, key in rule.copy.items():
             if key in source:
@@ -179,12 +196,13 @@ class Mapper:
         attrs.update(rule.attributes)
         rnd = _as_index(source.get(rule.round_from)) if rule.round_from else None
         if rnd is None:
-            if rule.round_from is not None:
+            if rule.round_from is not None and count:
                 self.stats.index_fallbacks += 1
             rnd = position
         attrs[Attr.SUMCHECK_ROUND] = rnd
         attrs[Attr.MAPPING_SOURCE_NAME] = ev.name
-        self.stats.events_mapped += 1
+        if count:
+            self.stats.events_mapped += 1
         return Event(EventName.SUMCHECK_ROUND, _bounded(attrs, 0), ev.timestamp, limit=None)
 
 

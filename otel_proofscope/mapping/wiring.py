@@ -163,6 +163,19 @@ def install_metrics(tracer_provider: object, meter_provider: metrics.MeterProvid
         add(ProofMetricsFromSpans(mapper, meter_provider))
 
 
+def summary(mapper: Mapper) -> str:
+    """One line: what the rules renamed (``mapped: 5 spans (proof.layer=4, proof=1) …``)."""
+    st = mapper.stats
+    parts = ", ".join(f"{k}={v}" for k, v in sorted(st.spans_mapped.items()))
+    line = (f"mapped with {mapper.rules.label}: {st.total_mapped()} of {st.spans_seen} spans"
+            + (f" ({parts})" if parts else "") + f", {st.events_mapped} round events")
+    if st.index_fallbacks:
+        line += f"; {st.index_fallbacks} without a usable index attribute (numbered in order)"
+    if st.traces_forgotten:
+        line += f"; {st.traces_forgotten} traces' layer counters forgotten (bound)"
+    return line
+
+
 def _histogram(meter: metrics.Meter, d: MetricDef) -> metrics.Histogram:
     return meter.create_histogram(
         d.name, unit=d.unit, description=d.description,
