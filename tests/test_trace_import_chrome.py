@@ -94,7 +94,8 @@ def test_every_kind_of_event(form: str) -> None:
     assert r.process_names == {1: "prover"} and r.thread_names == {(1, 2): "main"}
     assert r.ignored == {"metadata 'process_sort_index'": 1}
     assert r.skipped == {"unsupported phase 's'": 1}
-    assert r.errors == ["event #12: unsupported phase 's'"]
+    flow = text.index('{"ph": "s"')
+    assert r.errors == [f"event #12 (byte {flow}): unsupported phase 's'"]
 
 
 def test_malformed_entries_are_skipped_with_their_position_and_the_rest_imported() -> None:

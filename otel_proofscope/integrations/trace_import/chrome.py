@@ -104,10 +104,10 @@ class ParseResult:
     unterminated: int = 0  # B / b never closed (imported, ending at the last timestamp)
     instants_as_spans: int = 0  # instants no span encloses (imported as 0-length spans)
 
-    def skip(self, reason: str, index: int, offset: int | None, detail: str = "") -> None:
+    def skip(self, reason: str, index: int, offset: int, detail: str = "") -> None:
         self.skipped[reason] += 1
         if len(self.errors) < MAX_ERRORS:
-            where = f"event #{index}" + (f" (byte {offset})" if offset is not None else "")
+            where = f"event #{index} (byte {offset})"
             self.errors.append(f"{where}: {reason}" + (f": {detail}" if detail else ""))
 
     @property
@@ -135,14 +135,13 @@ def parse(data: bytes | str) -> ParseResult:
     state = _State(result)
     for index, (entry, pos, error) in enumerate(_entries(text, result)):
         result.entries += 1
-        offset = bytes_at(pos)
         if error is not None:
-            result.skip("malformed JSON", index, offset, error)
+            result.skip("malformed JSON", index, bytes_at(pos), error)
             continue
         try:
-            state.event(entry, index, offset)
+            state.event(entry)
         except _Skip as exc:
-            result.skip(exc.reason, index, offset, exc.detail)
+            result.skip(exc.reason, index, bytes_at(pos), exc.detail)
     state.finish()
     return result
 
@@ -162,17 +161,6 @@ def _entries(text: str, result: ParseResult) -> Iterator[tuple[Any, int, str | N
     decoder = _decoder()
     stripped = text.lstrip("\ufeff \t\r\n")
     start = len(text) - len(stripped)
-    try:  # the common case: a well-formed file in one go
-        whole = decoder.decode(stripped)
-    except json.JSONDecodeError:
-        whole = None
-    else:
-        events = _events_member(whole)
-        # Positions of a well-formed file are not tracked entry by entry (it would cost
-        # a second parse); errors then name the entry index only.
-        for entry in events:
-            yield entry, -1, None
-        return
     pos = _array_start(stripped)
     if pos is None:
         raise ChromeFormatError("not Chrome trace-event JSON: neither a JSON array of "
@@ -208,17 +196,6 @@ def _entries(text: str, result: ParseResult) -> Iterator[tuple[Any, int, str | N
                             "before the cut was read")
 
 
-def _events_member(whole: Any) -> Sequence[Any]:
-    if isinstance(whole, list):
-        return whole
-    if isinstance(whole, dict):
-        events = whole.get("traceEvents")
-        if isinstance(events, list):
-            return events
-    raise ChromeFormatError("not Chrome trace-event JSON: neither a JSON array of events "
-                            "nor an object with a 'traceEvents' array")
-
-
 def _array_start(text: str) -> int | None:
     if text.startswith("["):
         return 1
@@ -235,11 +212,15 @@ class _ByteOffsets:
     def __init__(self, text: str) -> None:
         self.text = text
         self.ascii = text.isascii()
+        self._last = (0, 0)  # (char position, byte offset): positions only grow
 
-    def __call__(self, pos: int) -> int | None:
-        if pos < 0:
-            return None
-        return pos if self.ascii else len(self.text[:pos].encode("utf-8"))
+    def __call__(self, pos: int) -> int:
+        if self.ascii:
+            return pos
+        last_pos, last_byte = self._last if pos >= self._last[0] else (0, 0)
+        byte = last_byte + len(self.text[last_pos:pos].encode("utf-8"))
+        self._last = (pos, byte)
+        return byte
 
 
 # ── events ───────────────────────────────────────────────────────────────────────────
@@ -326,7 +307,7 @@ class _State:
             self.last_ns = ns
         return ns
 
-    def event(self, e: Any, index: int, offset: int | None) -> None:
+    def event(self, e: Any) -> None:
         if not isinstance(e, dict):
             raise _Skip("entry is not a JSON object", type(e).__name__)
         ph = e.get("ph")

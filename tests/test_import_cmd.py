@@ -1,0 +1,187 @@
+"""`proofscope import` end to end on files written by a real producer (viztracer), to
+OTLP/JSON files and a real .rrd read back; mapping rules turn it into the proof walk."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from otel_proofscope.cli import main
+from otel_proofscope.semconv import Attr, EventName, ImportAttr, SpanName
+
+pytest.importorskip("viztracer", reason="viztracer (dev extra) is not installed")
+
+#: A small "prover" traced by viztracer's own API: function spans, instant events (one
+#: per round) and a counter, as a user of viztracer would record them.
+PROVER = '''
+import sys
+from viztracer import VizTracer
+
+tracer = VizTracer(output_file=sys.argv[1], verbose=0)
+tracer.start()
+
+def layer(i):
+    for r in range(2):
+        tracer.log_instant("round done", args={"round": r, "claim": str(7 * r + i)})
+    tracer.add_counter("memory", {"rss": 1000 + i})
+    return i
+
+def prove():
+    return [layer(i) for i in range(3)]
+
+prove()
+tracer.stop()
+tracer.save()
+'''
+
+RULES = '''
+[meta]
+name = "viztracer-demo"
+system = "demo"
+sources = ["this test: tests/test_import_cmd.py (PROVER)"]
+
+[[span]]
+match_regex = "^prove \\\\("
+to = "proof"
+
+[[span]]
+match_regex = "^layer \\\\("
+to = "layer"
+kind = "MatMul"
+
+[[event]]
+match = "round done"
+to = "round"
+round_from = "round"
+copy = { "proof.claim" = "claim" }
+'''
+
+
+@pytest.fixture(scope="module")
+def viztrace(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    d = tmp_path_factory.mktemp("viz")
+    script, out = d / "prover.py", d / "result.json"
+    script.write_text(PROVER)
+    subprocess.run([sys.executable, str(script), str(out)], check=True, timeout=120,
+                   cwd=d, capture_output=True)
+    return out
+
+
+def _spans(path: Path) -> list[dict[str, Any]]:
+    return [s for line in path.read_text().splitlines()
+            for rs in json.loads(line)["resourceSpans"] for ss in rs["scopeSpans"]
+            for s in ss["spans"]]
+
+
+def _attrs(item: dict[str, Any]) -> dict[str, Any]:
+    return {a["key"]: next(iter(a["value"].values())) for a in item.get("attributes", [])}
+
+
+def test_import_a_viztracer_file_exactly(viztrace: Path, tmp_path: Path,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "out"
+    rc = main(["import", str(viztrace), "--out", str(out), "--rerun", "off"])
+    err = capsys.readouterr().err
+    assert rc == 0, err
+    source = json.loads(viztrace.read_text(), parse_float=Decimal)["traceEvents"]
+    complete = [e for e in source if e["ph"] == "X"]
+    spans = _spans(out / "traces.jsonl")
+    assert len(spans) == len(complete)
+    # µs × 1000, exactly (viztracer writes 3 decimals for ts and ~15 for dur)
+    starts = sorted(int(s["startTimeUnixNano"]) for s in spans)
+    assert starts == sorted(int(e["ts"] * 1000) for e in complete)
+    ends = sorted(int(s["endTimeUnixNano"]) for s in spans)
+    assert ends == sorted(int(e["ts"] * 1000)
+                          + int((e["dur"] * 1000).to_integral_value()) for e in complete)
+    layers = [s for s in spans if s["name"].startswith("layer (")]
+    assert len(layers) == 3
+    assert all(len(s.get("events", [])) == 2 for s in layers)  # the instants, on their span
+    pid = source[0]["pid"]
+    first = _attrs(layers[0])
+    assert first[ImportAttr.THREAD_NAME] == "MainThread" and first[ImportAttr.PHASE] == "X"
+    resource = json.loads((out / "traces.jsonl").read_text().splitlines()[0])[
+        "resourceSpans"][0]["resource"]
+    assert _attrs(resource)[ImportAttr.PROCESS_PID] == str(pid)  # intValue is a string
+    assert _attrs(resource)[ImportAttr.PROCESS_NAME] == "MainProcess"
+    assert len({s["traceId"] for s in spans}) == 1
+    # the counter: three points with the file's own timestamps
+    counters = [e for e in source if e["ph"] == "C"]
+    points = [p for line in (out / "metrics.jsonl").read_text().splitlines()
+              for rm in json.loads(line)["resourceMetrics"] for sm in rm["scopeMetrics"]
+              for m in sm["metrics"] if m["name"] == "memory"
+              for p in m["gauge"]["dataPoints"]]
+    assert sorted((int(p["timeUnixNano"]), int(p["asInt"])) for p in points) == sorted(
+        (int(e["ts"] * 1000), e["args"]["rss"]) for e in counters)
+    assert f"read {len(source)} entries: {len(source)} used, 0 ignored, 0 skipped" in err
+    assert "imported 5 spans in 1 traces, 6 span events, 3 counter points" in err
+
+
+def test_import_with_rules_draws_the_walk(viztrace: Path, tmp_path: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("rerun", reason="rerun-sdk is not installed")
+    from otel_proofscope.rerun.readback import read
+
+    rules = tmp_path / "viz.toml"
+    rules.write_text(RULES)
+    out, rrd = tmp_path / "out", tmp_path / "viz.rrd"
+    rc = main(["import", str(viztrace), "--map", str(rules), "--out", str(out),
+               "--rerun", f"file:{rrd}"])
+    err = capsys.readouterr().err
+    assert rc == 0, err
+    assert (f"mapped with {rules}: 4 of 5 spans (proof=1, proof.layer=3), 6 round events"
+            in err)
+    spans = _spans(out / "traces.jsonl")
+    layers = sorted((s for s in spans if s["name"] == SpanName.LAYER),
+                    key=lambda s: int(s["startTimeUnixNano"]))
+    assert [int(_attrs(s)[Attr.LAYER_INDEX]) for s in layers] == [0, 1, 2]
+    rounds = [e for e in layers[1]["events"]]
+    assert [e["name"] for e in rounds] == [EventName.SUMCHECK_ROUND] * 2
+    assert [int(_attrs(e)[Attr.SUMCHECK_ROUND]) for e in rounds] == [0, 1]
+    assert [_attrs(e)[Attr.CLAIM] for e in rounds] == ["1", "8"]
+    root = next(s for s in spans if s["name"] == SpanName.PROOF)
+    assert _attrs(root)[Attr.MAPPING_SOURCE_NAME].startswith("prove (")
+
+    rec = read(rrd)
+    entities = {e.lstrip("/") for e in rec.entities}
+    p = root["traceId"][:8]
+    assert len(rec.rows("gkr/walk/nodes")) == 6
+    assert len(rec.rows("gkr/walk/rounds")) >= 1
+    assert {f"gkr/walk/{p}/cursor", f"proof/layer_seconds/{p}/MatMul",
+            f"gkr/round_ms/{p}", "metrics/memory/rss"} <= entities
+
+
+def test_malformed_file_reports_positions_and_strict_fails(tmp_path: Path,
+                                                           capsys: pytest.CaptureFixture[str],
+                                                           ) -> None:
+    path = tmp_path / "t.json"
+    text = ('[{"ph":"X","name":"a","ts":1,"dur":2,"pid":1,"tid":1},\n'
+            '{"ph":"X","name":"b","ts":"x","dur":2},\n{oops},\n'
+            '{"ph":"X","name":"c","ts":5,"dur":1,"pid":1,"tid":1}')
+    path.write_text(text)
+    args = ["import", str(path), "--out", str(tmp_path / "o"), "--rerun", "off"]
+    assert main(args) == 0
+    err = capsys.readouterr().err
+    assert "read 4 entries: 2 used, 0 ignored, 2 skipped" in err
+    second = text.index('{"ph":"X","name":"b"')
+    assert f"event #1 (byte {second}): invalid ts: 'x'" in err
+    assert f"event #2 (byte {text.index('{oops}')}): malformed JSON" in err
+    assert "not closed" in err
+    assert len(_spans(tmp_path / "o" / "traces.jsonl")) == 2
+    assert main([*args, "--strict"]) == 1
+    capsys.readouterr()
+
+
+def test_unrecognised_input_is_refused(tmp_path: Path,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "t.csv"
+    path.write_text("name,ts\n")
+    assert main(["import", str(path), "--rerun", "off", "--out", str(tmp_path)]) == 2
+    assert "format not recognised" in capsys.readouterr().err
+    assert main(["import", str(tmp_path / "missing.json"), "--rerun", "off"]) == 2
+    assert "cannot read" in capsys.readouterr().err
