@@ -181,3 +181,40 @@ def test_load_rules_label_for_a_file(tmp_path: Path) -> None:
     path.write_text("[[span]]\nmatch = 'a'\nto = 'proof'\n")
     rules = load_rules(path)
     assert rules.label == str(path) and rules.meta.name == "x"
+
+
+def test_the_documented_example_maps_layers_rounds_and_verdict(tmp_path: Path) -> None:
+    """docs/mapping.md's worked example: examples/mapping/ (rules + a plain-OTel prover)."""
+    pytest.importorskip("rerun", reason="rerun-sdk is not installed")
+    import importlib.util
+
+    from otel_proofscope.rerun.readback import read
+
+    root = Path(__file__).resolve().parent.parent / "examples" / "mapping"
+    spec = importlib.util.spec_from_file_location("foreign_prover", root / "foreign_prover.py")
+    assert spec is not None and spec.loader is not None
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+
+    rrd = tmp_path / "walk.rrd"
+    reader = InMemoryMetricReader()
+    telemetry = configure(out_dir=tmp_path, set_global=False, rerun=f"file:{rrd}",
+                          rerun_process=False, handle_sigterm=False, metric_readers=[reader],
+                          map=str(root / "myprover.toml"))
+    trace_id = example.prove(telemetry.tracer_provider.get_tracer("myprover"))
+    points = metric_points(reader)
+    telemetry.shutdown()
+
+    assert sum(p.value for p in points[Metric.PROOF_SUMCHECK_ROUND_COUNT.name]) == 20
+    kinds = {p.attributes[Attr.LAYER_KIND] for p in points[Metric.PROOF_LAYER_DURATION.name]}
+    assert kinds == {"MatMul", "Activation", "Add"}
+    verdicts = points[Metric.PROOF_VERIFY_COUNT.name]
+    assert [(p.attributes[Attr.PROOF_VERIFIED], p.value) for p in verdicts] == [(True, 1)]
+
+    rec = read(rrd)
+    p = f"{trace_id:032x}"[:8]
+    entities = {e.lstrip("/") for e in rec.entities}
+    assert len(rec.rows("gkr/walk/nodes")) == 8
+    assert {f"gkr/claim/{p}", f"gkr/remaining/{p}", f"proof/layer_seconds/{p}/MatMul",
+            f"circuit/{p}/backbone"} <= entities
+    assert len(rec.rows(f"gkr/claim/{p}")) == 20  # one fingerprint per round event
