@@ -203,7 +203,9 @@ class Mapper:
         attrs[Attr.MAPPING_SOURCE_NAME] = ev.name
         if count:
             self.stats.events_mapped += 1
-        return Event(EventName.SUMCHECK_ROUND, _bounded(attrs, 0), ev.timestamp, limit=None)
+        # A plain dict: Event keeps it as given, and BoundedAttributes (a lock each) would
+        # be most of the cost of a mapped round.
+        return Event(EventName.SUMCHECK_ROUND, attrs, ev.timestamp, limit=None)
 
 
 def _layer_kind(rule: SpanRule, name: str, source: Mapping[str, Any],
@@ -232,12 +234,16 @@ def _as_index(value: object) -> int | None:
     return None
 
 
-def _bounded(values: Mapping[str, Any], dropped: int) -> BoundedAttributes:
+def _bounded(values: Mapping[str, Any], dropped: int) -> Mapping[str, Any]:
+    """The attributes as a plain dict, or BoundedAttributes when the source had dropped
+    some (the SDK reads a dropped count only from that type)."""
+    if not dropped:
+        return dict(values)
     attrs = BoundedAttributes(None, None, immutable=False, extended_attributes=True)
     store = getattr(attrs, "_dict", None)
     if isinstance(store, dict):
         # Values came from a valid span or a checked rule file: skip the per-value
-        # re-validation, which would double the cost of a mapped span.
+        # re-validation.
         store.update(values)
     else:  # pragma: no cover - a future SDK without the private store
         attrs = BoundedAttributes(None, values, immutable=False, extended_attributes=True)
@@ -245,17 +251,21 @@ def _bounded(values: Mapping[str, Any], dropped: int) -> BoundedAttributes:
     return attrs
 
 
+def _listed(items: Sequence[Any], dropped: int) -> Sequence[Any]:
+    if not dropped:
+        return tuple(items)
+    out: BoundedList[Any] = BoundedList(None)
+    out.extend(items)
+    out.dropped = dropped
+    return out
+
+
 def _rebuild(span: ReadableSpan, name: str, attrs: Mapping[str, Any],
              events: Sequence[Event]) -> ReadableSpan:
-    dropped_attrs = getattr(span.attributes, "dropped", 0) or 0
-    new_events: BoundedList[Event] = BoundedList(None)
-    new_events.extend(events)
-    new_events.dropped = getattr(span.events, "dropped", 0) or 0
-    links: BoundedList[Any] = BoundedList(None)
-    links.extend(span.links)
-    links.dropped = getattr(span.links, "dropped", 0) or 0
     return ReadableSpan(
         name=name, context=span.context, parent=span.parent, resource=span.resource,
-        attributes=_bounded(attrs, int(dropped_attrs)), events=new_events, links=links,
+        attributes=_bounded(attrs, span.dropped_attributes),
+        events=_listed(events, span.dropped_events),
+        links=_listed(span.links, span.dropped_links),
         kind=span.kind, status=span.status, start_time=span.start_time,
         end_time=span.end_time, instrumentation_scope=span.instrumentation_scope)
