@@ -34,7 +34,7 @@ from opentelemetry.trace import Span, Status, StatusCode
 from opentelemetry.util.types import AttributeValue
 
 from otel_proofscope import fields
-from otel_proofscope.pipeline.drops import REJECTIONS
+from otel_proofscope.ledger import REJECTIONS
 from otel_proofscope.semconv import (
     METER_NAME,
     TRACER_NAME,

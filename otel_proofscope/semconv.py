@@ -99,7 +99,10 @@ class Attr:
 
     PROOFSCOPE_SIGNAL = "proofscope.signal"
     PROOFSCOPE_SINK = "proofscope.sink"
-    PROOFSCOPE_REASON = "reason"
+    # Not namespaced on the wire (dashboards and alerts select on it); the Python name
+    # says so instead of pretending it is a proofscope.* key.
+    REASON = "reason"
+    PROOFSCOPE_REASON = REASON  # the old name
     PROOFSCOPE_FIELD = "proofscope.field"
 
     # proof.log events (a prover's or a bridged producer's log lines on the active span)
@@ -459,10 +462,10 @@ class Metric:
     PROOFSCOPE_DROPPED = MetricDef("proofscope.dropped", _K.OBSERVABLE_COUNTER, "{item}",
                                    "Telemetry items lost, by signal, sink and reason",
                                    (Attr.PROOFSCOPE_SIGNAL, Attr.PROOFSCOPE_SINK,
-                                    Attr.PROOFSCOPE_REASON))
+                                    Attr.REASON))
     PROOFSCOPE_REJECTED = MetricDef("proofscope.rejected", _K.OBSERVABLE_COUNTER, "{item}",
                                     "Bad input rejected on the hot path, by field",
-                                    (Attr.PROOFSCOPE_FIELD, Attr.PROOFSCOPE_REASON))
+                                    (Attr.PROOFSCOPE_FIELD, Attr.REASON))
 
     @classmethod
     def all(cls) -> tuple[MetricDef, ...]:

@@ -54,7 +54,7 @@ def start_telemetry(args: argparse.Namespace, service_name: str,
     """
     import os
 
-    from otel_proofscope.pipeline.config import configure
+    from otel_proofscope.setup import configure
 
     notes: list[str] = []
     target = args.rerun

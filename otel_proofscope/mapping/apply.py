@@ -25,11 +25,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.sdk.util import BoundedList
 
 from otel_proofscope.mapping.rules import EventRule, RuleSet, SpanRule, Target
+from otel_proofscope.otlp.sdk_fields import bounded_attributes
 from otel_proofscope.semconv import Attr, EventName, LayerKind, SpanName
 
 DEFAULT_MAX_TRACES = 4096
@@ -237,18 +237,7 @@ def _as_index(value: object) -> int | None:
 def _bounded(values: Mapping[str, Any], dropped: int) -> Mapping[str, Any]:
     """The attributes as a plain dict, or BoundedAttributes when the source had dropped
     some (the SDK reads a dropped count only from that type)."""
-    if not dropped:
-        return dict(values)
-    attrs = BoundedAttributes(None, None, immutable=False, extended_attributes=True)
-    store = getattr(attrs, "_dict", None)
-    if isinstance(store, dict):
-        # Values came from a valid span or a checked rule file: skip the per-value
-        # re-validation.
-        store.update(values)
-    else:  # pragma: no cover - a future SDK without the private store
-        attrs = BoundedAttributes(None, values, immutable=False, extended_attributes=True)
-    attrs.dropped = dropped
-    return attrs
+    return bounded_attributes(values, dropped) if dropped else dict(values)
 
 
 def _listed(items: Sequence[Any], dropped: int) -> Sequence[Any]:

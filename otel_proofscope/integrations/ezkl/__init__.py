@@ -407,13 +407,8 @@ class EzklInstrumentor(BaseInstrumentor):  # type: ignore[misc]
     def _start_gpu_sampler(self) -> Any:
         if not self._gpu_sampler:
             return None
-        try:
-            from otel_proofscope.gpu import start_sampler  # type: ignore[attr-defined]
-        except ImportError:
-            try:
-                from otel_proofscope.gpu.sampler import start_sampler
-            except ImportError:
-                return None
+        from otel_proofscope.gpu import start_sampler
+
         try:
             return start_sampler(meter_provider=self._meter_provider)
         except Exception:

@@ -45,7 +45,7 @@ from otel_proofscope.instrumentation import (
 from otel_proofscope.integrations.proof_stream import schema as s
 from otel_proofscope.integrations.proof_stream.decoder import decode_line
 from otel_proofscope.integrations.proof_stream.stats import MAX_KEPT_ERRORS, SIGNAL, StreamStats
-from otel_proofscope.pipeline.drops import DROPS
+from otel_proofscope.ledger import DROPS
 from otel_proofscope.semconv import (
     METER_NAME,
     Attr,
