@@ -185,3 +185,26 @@ def test_unrecognised_input_is_refused(tmp_path: Path,
     assert "format not recognised" in capsys.readouterr().err
     assert main(["import", str(tmp_path / "missing.json"), "--rerun", "off"]) == 2
     assert "cannot read" in capsys.readouterr().err
+
+
+def test_import_to_an_otlp_endpoint(viztrace: Path, tmp_path: Path,
+                                    monkeypatch: pytest.MonkeyPatch,
+                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """OTEL_EXPORTER_OTLP_ENDPOINT set: the spans go over real OTLP/gRPC, exactly."""
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from otel_proofscope.integrations.otlp_receiver import OtlpReceiver
+
+    received = InMemorySpanExporter()
+    with OtlpReceiver([received], grpc_port=0, http_port=None) as receiver:
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://{receiver.grpc_endpoint}")
+        monkeypatch.setenv("OTEL_METRICS_EXPORTER", "none")
+        rc = main(["import", str(viztrace), "--out", str(tmp_path / "o"), "--rerun", "off"])
+        err = capsys.readouterr().err
+    assert rc == 0, err
+    assert "exported to otlp: 5 spans, 6 span events" in err
+    source = json.loads(viztrace.read_text(), parse_float=Decimal)["traceEvents"]
+    spans = received.get_finished_spans()
+    assert sorted(s.start_time for s in spans) == sorted(
+        int(e["ts"] * 1000) for e in source if e["ph"] == "X")
+    assert not (tmp_path / "o" / "traces.jsonl").exists()

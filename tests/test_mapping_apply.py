@@ -8,6 +8,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from metric_helpers import metric_points
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.resources import Resource
@@ -218,3 +220,36 @@ def test_the_documented_example_maps_layers_rounds_and_verdict(tmp_path: Path) -
     assert {f"gkr/claim/{p}", f"gkr/remaining/{p}", f"proof/layer_seconds/{p}/MatMul",
             f"circuit/{p}/backbone"} <= entities
     assert len(rec.rows(f"gkr/claim/{p}")) == 20  # one fingerprint per round event
+
+
+_names = st.sampled_from(["prove", "layer_mm", "layer_add", "check", "execute",
+                          SpanName.LAYER, "round done", ""])
+_values = st.one_of(st.integers(-5, 2**64), st.text(max_size=4), st.booleans(),
+                    st.floats(allow_nan=True), st.none())
+_attrs = st.dictionaries(st.sampled_from(["i", "n", "ok", "claim", "x"]), _values, max_size=4)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(_names, _attrs, st.lists(st.tuples(_names, _attrs), max_size=4),
+                          st.integers(1, 3)), max_size=12))
+def test_arbitrary_spans_map_without_raising(specs: list[Any]) -> None:
+    mapper = Mapper(RULES)
+    spans = [_span(name, n + 1, {k: v for k, v in attrs.items() if v is not None},
+                   [Event(en, {k: v for k, v in ea.items() if v is not None}, 1_500)
+                    for en, ea in events], trace=TRACE + t)
+             for n, (name, attrs, events, t) in enumerate(specs)]
+    out = mapper.map_spans(spans)
+    again = mapper.map_spans(spans)
+    assert len(out) == len(spans)
+    for src, a, b in zip(spans, out, again, strict=True):
+        assert a.context == src.context and len(a.events) == len(src.events)
+        assert (a.name, dict(a.attributes or {})) == (b.name, dict(b.attributes or {}))
+        if a is src:
+            continue
+        assert mapper.map_span(a) is a  # a contract span is never mapped again
+        if a.name == SpanName.LAYER:
+            index = a.attributes[Attr.LAYER_INDEX]
+            assert isinstance(index, int) and index >= 0
+    assert mapper.stats.spans_seen == len(spans)
+    assert mapper.stats.total_mapped() == sum(1 for s in out if Attr.MAPPING_RULES in
+                                              (s.attributes or {}))
