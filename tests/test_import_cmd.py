@@ -208,3 +208,21 @@ def test_import_to_an_otlp_endpoint(viztrace: Path, tmp_path: Path,
     assert sorted(s.start_time for s in spans) == sorted(
         int(e["ts"] * 1000) for e in source if e["ph"] == "X")
     assert not (tmp_path / "o" / "traces.jsonl").exists()
+
+
+def test_rebase_now_shifts_every_timestamp_by_one_constant(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import time
+
+    path = tmp_path / "t.json"
+    path.write_text('[{"ph":"X","name":"a","ts":10.001,"dur":5.5,"pid":1,"tid":1},'
+                    '{"ph":"X","name":"b","ts":12,"dur":1,"pid":1,"tid":1}]')
+    before = time.time_ns()
+    assert main(["import", str(path), "--rebase", "now", "--out", str(tmp_path / "o"),
+                 "--rerun", "off"]) == 0
+    capsys.readouterr()
+    spans = {s["name"]: s for s in _spans(tmp_path / "o" / "traces.jsonl")}
+    a0, a1 = int(spans["a"]["startTimeUnixNano"]), int(spans["a"]["endTimeUnixNano"])
+    b0 = int(spans["b"]["startTimeUnixNano"])
+    assert before <= a0 <= time.time_ns()
+    assert (a1 - a0, b0 - a0) == (5_500, 1_999)
