@@ -226,3 +226,55 @@ def test_rebase_now_shifts_every_timestamp_by_one_constant(
     b0 = int(spans["b"]["startTimeUnixNano"])
     assert before <= a0 <= time.time_ns()
     assert (a1 - a0, b0 - a0) == (5_500, 1_999)
+
+
+def _jolt_like_chrome_trace() -> list[dict[str, Any]]:
+    """A tracing-chrome-shaped file with the jolt preset's span names: B/E pairs on one
+    thread, round spans as complete events (what tracing-chrome writes for spans)."""
+    ev: list[dict[str, Any]] = [{"ph": "M", "name": "thread_name", "pid": 1, "tid": 1,
+                                 "args": {"name": "main"}}]
+
+    def span(name: str, b: float, e: float) -> None:
+        ev.append({"ph": "B", "name": name, "ts": b, "pid": 1, "tid": 1, "cat": "jolt"})
+        ev.append({"ph": "E", "name": name, "ts": e, "pid": 1, "tid": 1, "cat": "jolt"})
+
+    span("Jolt::preprocess", 0.5, 9.5)
+    span("Jolt::prove", 10.0, 200.0)
+    span("Spartan2::sumcheck::prove_spartan_cubic", 20.0, 60.0)
+    span("BatchedCubicSumcheck::prove_sumcheck", 61.0, 100.0)
+    span("ProverOpeningAccumulator::reduce_and_prove", 110.0, 190.0)
+    span("prove_batch_opening_reduction", 111.0, 170.0)
+    for r in range(4):
+        ev.append({"ph": "X", "name": "compute_quadratic", "ts": 112.0 + 10 * r,
+                   "dur": 8.25, "pid": 1, "tid": 1, "cat": "jolt"})
+    span("verify", 201.0, 230.0)
+    return ev
+
+
+def test_import_with_the_jolt_preset_draws_layers_and_round_bars(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("rerun", reason="rerun-sdk is not installed")
+    from otel_proofscope.rerun.readback import read
+
+    path, rrd = tmp_path / "trace-jolt.json", tmp_path / "jolt.rrd"
+    path.write_text(json.dumps(_jolt_like_chrome_trace()))
+    rc = main(["import", str(path), "--map", "jolt", "--out", str(tmp_path / "o"),
+               "--rerun", f"file:{rrd}"])
+    err = capsys.readouterr().err
+    assert rc == 0, err
+    assert ("mapped with jolt: 7 of 11 spans (proof=1, proof.circuit.compile=1, "
+            "proof.layer=3, proof.verify=1, proof.weight_opening=1), 0 round events, "
+            "4 round spans as events of their layer") in err
+    spans = _spans(tmp_path / "o" / "traces.jsonl")
+    layers = {_attrs(s)[Attr.LAYER_KIND]: s for s in spans if s["name"] == SpanName.LAYER}
+    assert set(layers) == {"Spartan", "GrandProduct", "OpeningReduction"}
+    rounds = layers["OpeningReduction"]["events"]
+    assert [int(_attrs(e)[Attr.SUMCHECK_ROUND]) for e in rounds] == [0, 1, 2, 3]
+    assert [int(e["timeUnixNano"]) for e in rounds] == [120_250, 130_250, 140_250, 150_250]
+    rec = read(rrd)
+    p = next(s for s in spans if s["name"] == SpanName.PROOF)["traceId"][:8]
+    entities = {e.lstrip("/") for e in rec.entities}
+    assert len(rec.rows("gkr/walk/nodes")) == 6
+    assert [r.times["proof_time"] for r in rec.rows("gkr/walk/rounds")] == [
+        120_250, 130_250, 140_250, 150_250]  # one bar per round, at its end
+    assert {f"gkr/round_ms/{p}", f"proof/layer_seconds/{p}/Unknown"} <= entities

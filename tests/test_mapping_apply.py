@@ -253,3 +253,34 @@ def test_arbitrary_spans_map_without_raising(specs: list[Any]) -> None:
     assert mapper.stats.spans_seen == len(spans)
     assert mapper.stats.total_mapped() == sum(1 for s in out if Attr.MAPPING_RULES in
                                               (s.attributes or {}))
+
+
+def test_round_spans_become_events_of_their_parent_layer() -> None:
+    """Jolt opens one span per round (compute_quadratic) under the layer span."""
+    from opentelemetry.trace import SpanContext as Ctx
+
+    mapper = Mapper(load_rules("jolt"))
+    layer_id = 100
+    parent = Ctx(TRACE, layer_id, False)
+
+    def child(span_id: int, end: int) -> ReadableSpan:
+        return ReadableSpan(name="compute_quadratic", context=Ctx(TRACE, span_id, False),
+                            parent=parent, resource=Resource({}), start_time=end - 10,
+                            end_time=end)
+
+    rounds = [child(7, 1_300), child(5, 1_100), child(6, 1_200)]  # any arrival order
+    assert [mapper.map_span(c) for c in rounds] == rounds  # the spans themselves stay
+    layer = _span("prove_batch_opening_reduction", layer_id, start=1_000, end=1_400)
+    first, second = mapper.map_span(layer), mapper.map_span(layer)  # two sinks
+    for out in (first, second):
+        assert out.name == SpanName.LAYER
+        assert out.attributes[Attr.LAYER_KIND] == "OpeningReduction"
+        assert [(e.name, e.attributes[Attr.SUMCHECK_ROUND], e.timestamp) for e in out.events] \
+            == [(EventName.SUMCHECK_ROUND, 0, 1_100), (EventName.SUMCHECK_ROUND, 1, 1_200),
+                (EventName.SUMCHECK_ROUND, 2, 1_300)]
+        assert {e.attributes[Attr.MAPPING_SOURCE_NAME] for e in out.events} == \
+            {"compute_quadratic"}
+    assert mapper.stats.round_spans == 3
+    # a layer without round spans gets none
+    other = mapper.map_span(_span("Sumcheck.prove", 101))
+    assert other.name == SpanName.LAYER and not other.events

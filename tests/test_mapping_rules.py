@@ -113,6 +113,8 @@ anything = "read by mapping/lines.py, not here"
     ("[[span]]\nmatch = 'a'\nmatch_regex = 'b'\nto = 'proof'\n", "not both"),
     ("[[span]]\nmatch_regex = '(unclosed'\nto = 'proof'\n",
      "[[span]] #1 key 'match_regex': not a valid regular expression"),
+    ("[[span]]\nmatch = 'a'\nto = 'layer'\nround_from = 'r'\n",
+     "[[span]] #1: key 'round_from' only applies to to = \"round\""),
     ("[[span]]\nmatch = 'a'\nto = 'proof'\nindex_from = 'i'\n",
      "[[span]] #1: key 'index_from' only applies to to = \"layer\""),
     ("[[span]]\nmatch = 'a'\nto = 'layer'\nkind = 'MatMul'\nkind_from = 'k'\n",

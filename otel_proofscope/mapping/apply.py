@@ -53,6 +53,8 @@ class MappingStats:
     #: traces whose occurrence counters were forgotten (the bound): a later layer of such
     #: a trace restarts at index 0.
     traces_forgotten: int = 0
+    #: round spans (``to = "round"``) held for their parent layer
+    round_spans: int = 0
 
     def total_mapped(self) -> int:
         return sum(self.spans_mapped.values())
@@ -63,6 +65,9 @@ class _TraceState:
     next_index: dict[int, int] = field(default_factory=dict)  # span rule number → next
     span_index: dict[int, int] = field(default_factory=dict)  # span id → its index
     counted: set[int] = field(default_factory=set)  # span ids already in the stats
+    #: parent span id → {round span id: (its end time, the round event's attributes)}
+    round_spans: dict[int, dict[int, tuple[int, dict[str, Any]]]] = field(
+        default_factory=dict)
 
 
 class Mapper:
@@ -93,7 +98,12 @@ class Mapper:
                 return span  # already speaks the contract: never renamed twice
             attrs = span.attributes or {}
             rule = next((r for r in self.rules.spans if r.match.matches(name, attrs)), None)
+            if rule is not None and rule.to is Target.ROUND:
+                self._hold_round(rule, span, attrs, first)
+                return span  # the span itself stays as it is; its parent gets the event
             events = self._events(span, name, first)
+            if rule is not None and rule.to is Target.LAYER:
+                events = self._with_round_spans(span, events)
             if rule is None and events is None:
                 return span
             new_name = name
@@ -164,6 +174,52 @@ class Mapper:
         else:
             self._traces.move_to_end(trace_id)
         return state
+
+    # ── round spans ──────────────────────────────────────────────────────────────────
+
+    def _hold_round(self, rule: SpanRule, span: ReadableSpan, source: Mapping[str, Any],
+                    first: bool) -> None:
+        """Keep a round span's event until its parent layer is mapped.
+
+        A child ends (and is exported) before its parent, so the parent finds its rounds
+        here. They stay until the trace leaves the bounded memory: a second sink mapping
+        the same parent gets the same events.
+        """
+        ctx, parent = span.context, span.parent
+        if ctx is None or parent is None:
+            return
+        attrs: dict[str, Any] = {}
+        for target, key in rule.copy.items():
+            if key in source:
+                attrs[target] = source[key]
+        attrs.update(rule.attributes)
+        rnd = _as_index(source.get(rule.round_from)) if rule.round_from else None
+        if rnd is not None:
+            attrs[Attr.SUMCHECK_ROUND] = rnd
+        elif rule.round_from is not None and first:
+            self.stats.index_fallbacks += 1
+        attrs[Attr.MAPPING_SOURCE_NAME] = span.name
+        end = span.end_time if isinstance(span.end_time, int) else 0
+        held = self._trace(ctx.trace_id).round_spans.setdefault(parent.span_id, {})
+        if ctx.span_id not in held:
+            held[ctx.span_id] = (end, attrs)
+            self.stats.round_spans += 1
+
+    def _with_round_spans(self, span: ReadableSpan,
+                          events: list[Event] | None) -> list[Event] | None:
+        ctx = span.context
+        if ctx is None:
+            return events
+        held = self._trace(ctx.trace_id).round_spans.get(ctx.span_id)
+        if not held:
+            return events
+        base = list(events if events is not None else span.events)
+        for position, (end, attrs) in enumerate(sorted(held.values(), key=lambda x: x[0])):
+            round_attrs = dict(attrs)
+            round_attrs.setdefault(Attr.SUMCHECK_ROUND, position)
+            base.append(Event(EventName.SUMCHECK_ROUND, round_attrs, end, limit=None))
+        base.sort(key=lambda ev: ev.timestamp or 0)
+        return base
 
     # ── events ───────────────────────────────────────────────────────────────────────
 

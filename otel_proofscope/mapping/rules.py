@@ -19,7 +19,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, TypeVar
 
-from otel_proofscope.semconv import SpanName
+from otel_proofscope.semconv import EventName, SpanName
 
 #: Where the shipped presets live (package data).
 PRESETS_DIR = Path(__file__).resolve().parent / "presets"
@@ -48,6 +48,9 @@ class Target(StrEnum):
     AGGREGATED_BINDING = "aggregated_binding"
     STARK = "stark"
     VERIFY = "verify"
+    #: Not a span of its own: a ``proof.sumcheck.round`` event on its parent layer, at
+    #: the span's end (for provers that open one span per round instead of an event).
+    ROUND = "round"
 
     @property
     def span_name(self) -> str:
@@ -62,6 +65,7 @@ _SPAN_NAMES = {
     Target.AGGREGATED_BINDING: SpanName.AGGREGATED_BINDING,
     Target.STARK: SpanName.STARK,
     Target.VERIFY: SpanName.VERIFY,
+    Target.ROUND: EventName.SUMCHECK_ROUND,
 }
 
 
@@ -105,6 +109,7 @@ class SpanRule:
     kind: str | None = None  # layer: fixed kind
     kind_from: str | None = None  # layer: attribute holding the kind
     kinds: Mapping[str, str] = field(default_factory=dict)  # layer: source name → kind
+    round_from: str | None = None  # round: attribute holding the round number
 
 
 @dataclass(frozen=True)
@@ -233,7 +238,7 @@ def _meta(raw: Any, where: str, path: Path | None) -> Meta:
 
 
 _SPAN_KEYS = frozenset({"match", "match_regex", "where", "to", "attributes", "copy",
-                        "index_from", "kind", "kind_from", "kinds"})
+                        "index_from", "kind", "kind_from", "kinds", "round_from"})
 _LAYER_ONLY = ("index_from", "kind", "kind_from", "kinds")
 _EVENT_KEYS = frozenset({"match", "match_regex", "where", "to", "on", "on_regex",
                          "round_from", "attributes", "copy"})
@@ -247,13 +252,16 @@ def _span_rule(raw: Mapping[str, Any], number: int, where: str) -> SpanRule:
         for key in _LAYER_ONLY:
             if key in raw:
                 raise RuleError(f"{ctx}: key {key!r} only applies to to = \"layer\"")
+    if to is not Target.ROUND and "round_from" in raw:
+        raise RuleError(f"{ctx}: key 'round_from' only applies to to = \"round\"")
     if "kind" in raw and ("kind_from" in raw or "kinds" in raw):
         raise RuleError(f"{ctx}: key 'kind' (a fixed kind) excludes 'kind_from' and 'kinds'")
     kinds = _str_map(raw, "kinds", ctx)
     return SpanRule(number=number, match=_matcher(raw, ctx, "match", "match_regex"), to=to,
                     attributes=_values(raw, "attributes", ctx), copy=_str_map(raw, "copy", ctx),
                     index_from=_opt_str(raw, "index_from", ctx), kind=_opt_str(raw, "kind", ctx),
-                    kind_from=_opt_str(raw, "kind_from", ctx), kinds=kinds)
+                    kind_from=_opt_str(raw, "kind_from", ctx), kinds=kinds,
+                    round_from=_opt_str(raw, "round_from", ctx))
 
 
 def _event_rule(raw: Mapping[str, Any], number: int, where: str) -> EventRule:

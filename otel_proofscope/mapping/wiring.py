@@ -169,6 +169,8 @@ def summary(mapper: Mapper) -> str:
     parts = ", ".join(f"{k}={v}" for k, v in sorted(st.spans_mapped.items()))
     line = (f"mapped with {mapper.rules.label}: {st.total_mapped()} of {st.spans_seen} spans"
             + (f" ({parts})" if parts else "") + f", {st.events_mapped} round events")
+    if st.round_spans:
+        line += f", {st.round_spans} round spans as events of their layer"
     if st.index_fallbacks:
         line += f"; {st.index_fallbacks} without a usable index attribute (numbered in order)"
     if st.traces_forgotten:

@@ -50,7 +50,7 @@ class Converted:
 
 def convert(parsed: ParseResult, base: Resource, *, offset_ns: int = 0,
             source: str | None = None, seed: int | None = None) -> Converted:
-    """Spans (parents before children) and counter points of ``parsed``.
+    """Spans (in end order, as a live SDK sends them) and counter points of ``parsed``.
 
     ``offset_ns`` is added to every timestamp (0 keeps the file's own, exactly);
     ``seed`` makes trace and span ids reproducible.
@@ -79,7 +79,7 @@ def convert(parsed: ParseResult, base: Resource, *, offset_ns: int = 0,
 
     span_ids = [rng.getrandbits(64) or 1 for _ in parsed.spans]
     out: list[ReadableSpan] = []
-    for i in _parents_first(parsed):
+    for i in _end_order(parsed):
         s = parsed.spans[i]
         trace = trace_id(s.pid)
         ctx = SpanContext(trace, span_ids[i], is_remote=False,
@@ -109,12 +109,12 @@ def convert(parsed: ParseResult, base: Resource, *, offset_ns: int = 0,
     return Converted(out, metrics, points, len(traces))
 
 
-def _parents_first(parsed: ParseResult) -> list[int]:
-    """Span indices ordered by start time: a parent always starts no later than its
-    children, so it comes first (spans ending first would be the SDK's own order, but a
-    Rerun proof root known early lets every child draw at once)."""
+def _end_order(parsed: ParseResult) -> list[int]:
+    """Span indices in the order a live SDK exports them: by end time, a child before
+    the parent it ends with. An import then looks to every sink like the prover itself
+    sending (mapping rules that hold a child for its parent rely on it)."""
     return sorted(range(len(parsed.spans)),
-                  key=lambda i: (parsed.spans[i].start_ns, -parsed.spans[i].end_ns, i))
+                  key=lambda i: (parsed.spans[i].end_ns, -parsed.spans[i].start_ns, i))
 
 
 def _metrics(parsed: ParseResult, resource: Any, offset_ns: int) -> tuple[MetricsData, int]:
