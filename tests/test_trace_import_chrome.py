@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from opentelemetry.sdk.resources import Resource
 
 from otel_proofscope.integrations.trace_import.chrome import (
     ChromeFormatError,
@@ -19,6 +20,9 @@ from otel_proofscope.integrations.trace_import.chrome import (
     parse,
     ts_to_ns,
 )
+from otel_proofscope.integrations.trace_import.convert import convert
+from otel_proofscope.mapping.apply import Mapper
+from otel_proofscope.mapping.rules import load_rules
 
 
 def _check_accounting(r: ParseResult) -> None:
@@ -173,6 +177,15 @@ def test_arbitrary_events_never_raise_and_counts_add_up(events: list[Any],
     r = parse(json.dumps(doc, allow_nan=True).encode())
     _check_accounting(r)
     assert r.entries == len(events)
+    # and what was read always converts, and maps, without raising
+    out = convert(r, Resource({}), seed=1)
+    assert len(out.spans) == len(r.spans) and out.points == len(r.counters)
+    by_id = {s.context.span_id: s for s in out.spans}
+    for span in out.spans:
+        if span.parent is not None:
+            assert span.parent.span_id in by_id
+            assert by_id[span.parent.span_id].context.trace_id == span.context.trace_id
+    Mapper(load_rules("jolt")).map_spans(out.spans)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
