@@ -30,15 +30,14 @@ from opentelemetry.sdk.util import BoundedList
 
 from otel_proofscope.mapping.rules import EventRule, RuleSet, SpanRule, Target
 from otel_proofscope.otlp.sdk_fields import bounded_attributes
-from otel_proofscope.semconv import Attr, EventName, LayerKind, SpanName
+from otel_proofscope.semconv import SPANS, Attr, EventName, LayerKind
 
 DEFAULT_MAX_TRACES = 4096
 #: Layer index beyond which an attribute value is not believed (the Rerun side caps too).
 MAX_INDEX = 1 << 20
 
-CONTRACT_SPANS = frozenset({SpanName.PROOF, SpanName.CIRCUIT_COMPILE, SpanName.LAYER,
-                             SpanName.WEIGHT_OPENING, SpanName.AGGREGATED_BINDING,
-                             SpanName.STARK, SpanName.VERIFY})
+#: The contract's span names (semconv.SPANS): a span already named so is never renamed.
+CONTRACT_SPANS = frozenset(s.name for s in SPANS)
 
 
 @dataclass
