@@ -14,7 +14,12 @@ order in which the rule's spans of one trace are mapped (arrival order, which fo
 finished spans is end order). The first mapping of a span fixes its index: mapping it
 again (a second exporter, a retry) gives the same index, so every sink agrees. That
 memory is bounded (``max_traces`` traces, least recently used first out) and what it
-forgets is counted.
+forgets is counted. A ``to = "round"`` span is held there too, until its parent layer
+is mapped and gets it as a round event.
+
+Measured here (2 shared, loaded cores): ~5 µs per span no rule matches, ~40 µs per
+mapped layer span, ~75 µs of CPU for a layer with 16 round events (~4 µs per event);
+``proofscope serve`` spends ~2 ms translating such a span for Rerun.
 """
 
 from __future__ import annotations
