@@ -278,3 +278,34 @@ def test_import_with_the_jolt_preset_draws_layers_and_round_bars(
     assert [r.times["proof_time"] for r in rec.rows("gkr/walk/rounds")] == [
         120_250, 130_250, 140_250, 150_250]  # one bar per round, at its end
     assert {f"gkr/round_ms/{p}", f"proof/layer_seconds/{p}/Unknown"} <= entities
+
+
+def test_import_a_node_trace_events_file(tmp_path: Path,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """Node's --trace-events-enabled writes Chrome trace events too: X, B/E, async b/e,
+    instants and metadata from a real producer."""
+    import collections
+    import shutil
+
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("node is not installed")
+    script = tmp_path / "t.js"
+    script.write_text('let s = 0; for (let i = 0; i < 1e5; i++) s += i; '
+                      'setTimeout(() => console.log(s), 5);')
+    subprocess.run([node, "--trace-event-categories", "v8,node", "--trace-events-enabled",
+                    str(script)], cwd=tmp_path, check=True, timeout=60, capture_output=True)
+    trace = tmp_path / "node_trace.1.log"
+    source = json.loads(trace.read_text())["traceEvents"]
+    phases = collections.Counter(e["ph"] for e in source)
+    assert phases["X"] and phases["B"] and phases["b"]  # what this test is about
+    out = tmp_path / "out"
+    assert main(["import", str(trace), "--out", str(out), "--rerun", "off", "--strict"]) == 0
+    err = capsys.readouterr().err
+    assert f"read {len(source)} entries:" in err and " 0 skipped" in err
+    spans = _spans(out / "traces.jsonl")
+    instants = phases["I"] + phases["i"] + phases["n"]
+    events = sum(len(s.get("events", [])) for s in spans)
+    # every span event pair and instant is there: as an event or a zero-length span
+    assert len(spans) + events == phases["X"] + phases["B"] + phases["b"] + instants
+    assert phases["B"] == phases["E"] and phases["b"] == phases["e"]
