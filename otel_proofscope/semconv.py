@@ -10,6 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from opentelemetry.metrics import Histogram, Meter
 
 TRACER_NAME = "otel_proofscope"
 METER_NAME = "otel_proofscope"
@@ -347,6 +351,14 @@ class MetricDef:
     description: str
     attributes: tuple[str, ...] = ()
     buckets: tuple[float, ...] | None = None
+
+    def histogram(self, meter: Meter) -> Histogram:
+        """This histogram on ``meter``, with the contract's unit, description and
+        buckets. Every caller creates it through here, so the definitions are identical
+        and the SDK hands back one instrument, not a conflicting duplicate."""
+        return meter.create_histogram(
+            self.name, unit=self.unit, description=self.description,
+            explicit_bucket_boundaries_advisory=list(self.buckets) if self.buckets else None)
 
 
 @dataclass(frozen=True)

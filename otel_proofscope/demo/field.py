@@ -20,7 +20,9 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-P = (1 << 31) - 1
+from otel_proofscope.fields import M31
+
+P = M31
 _PU = np.uint64(P)
 _PP = np.uint64(P * P)
 

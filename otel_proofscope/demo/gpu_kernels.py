@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 from opentelemetry import metrics
 
+from otel_proofscope.fields import M31
 from otel_proofscope.gpu.backend import HwState
 from otel_proofscope.gpu.dispatch import Dispatch
 from otel_proofscope.gpu.evidence import EvidenceDedup
@@ -23,7 +24,7 @@ from otel_proofscope.gpu.wgpu_backend import WgpuDevice
 
 _log = logging.getLogger("otel_proofscope.gpu")
 
-P = (1 << 31) - 1
+P = M31
 WORKGROUP = 8
 
 WGSL_MATMUL_M31 = """

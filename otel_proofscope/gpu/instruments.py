@@ -51,10 +51,7 @@ class Instruments:
             with self._lock:
                 inst = self._sync.get(d.name)
                 if inst is None:
-                    inst = self.meter.create_histogram(
-                        d.name, unit=d.unit, description=d.description,
-                        explicit_bucket_boundaries_advisory=list(d.buckets)
-                        if d.buckets else None)
+                    inst = d.histogram(self.meter)
                     self._sync[d.name] = inst
         return inst
 
