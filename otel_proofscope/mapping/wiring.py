@@ -29,7 +29,7 @@ from opentelemetry.util.types import AttributeValue
 
 from otel_proofscope.mapping.apply import CONTRACT_SPANS, Mapper
 from otel_proofscope.mapping.rules import RuleSet, load_rules
-from otel_proofscope.semconv import METER_NAME, Attr, EventName, Metric, MetricDef, SpanName
+from otel_proofscope.semconv import METER_NAME, Attr, EventName, Metric, SpanName
 from otel_proofscope.version import __version__
 
 _log = logging.getLogger(__name__)
@@ -91,8 +91,8 @@ class ProofMetricsFromSpans(SpanProcessor):
                  ) -> None:
         self.mapper = mapper
         meter = metrics.get_meter(METER_NAME, __version__, meter_provider)
-        self._proof = _histogram(meter, Metric.PROOF_DURATION)
-        self._layer = _histogram(meter, Metric.PROOF_LAYER_DURATION)
+        self._proof = Metric.PROOF_DURATION.histogram(meter)
+        self._layer = Metric.PROOF_LAYER_DURATION.histogram(meter)
         self._rounds = meter.create_counter(
             Metric.PROOF_SUMCHECK_ROUND_COUNT.name, Metric.PROOF_SUMCHECK_ROUND_COUNT.unit,
             Metric.PROOF_SUMCHECK_ROUND_COUNT.description)
@@ -177,8 +177,3 @@ def summary(mapper: Mapper) -> str:
         line += f"; {st.traces_forgotten} traces' layer counters forgotten (bound)"
     return line
 
-
-def _histogram(meter: metrics.Meter, d: MetricDef) -> metrics.Histogram:
-    return meter.create_histogram(
-        d.name, unit=d.unit, description=d.description,
-        explicit_bucket_boundaries_advisory=list(d.buckets) if d.buckets else None)
