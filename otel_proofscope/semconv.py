@@ -117,6 +117,11 @@ class Attr:
     # Provenance of values that are not what their name suggests (bridge input).
     PROOFSCOPE_NOTE = "proofscope.note"
 
+    # Mapping rules (docs/mapping.md): a foreign span renamed onto the contract keeps
+    # its own name here, and the rule file (preset name or path) that renamed it.
+    MAPPING_SOURCE_NAME = "proofscope.mapping.source_name"
+    MAPPING_RULES = "proofscope.mapping.rules"
+
 
 # ── integrations: names beyond the core contract ─────────────────────────────────────
 
@@ -178,6 +183,28 @@ class EzklAttr:
     CALIBRATION_TARGET = "ezkl.calibration.target"
     PROOF_FILE_SIZE = "ezkl.proof.file_size"
     RESULT = "ezkl.result"
+
+
+class ImportAttr:
+    """What ``proofscope import`` keeps of a Chrome trace-event file beside the event's args.
+
+    ``process.pid``, ``thread.id`` and ``thread.name`` are OTel's own names; the others
+    have no OTel equivalent.
+    """
+
+    PROCESS_PID = "process.pid"
+    THREAD_ID = "thread.id"
+    THREAD_NAME = "thread.name"
+    PROCESS_NAME = "chrome.process_name"
+    CATEGORY = "chrome.category"
+    #: ``ph`` of the source event (X, B, i, …), so a round trip can tell them apart.
+    PHASE = "chrome.phase"
+    #: Set on a ``B`` (or async ``b``) event the file never closed: ended at the last
+    #: timestamp of the file.
+    UNTERMINATED = "chrome.unterminated"
+    #: The counter series (a key of a ``C`` event's args) of a counter data point.
+    COUNTER_SERIES = "chrome.counter.series"
+    SOURCE_FILE = "proofscope.import.file"
 
 
 class EzklSpanName:
@@ -575,10 +602,14 @@ def render_markdown() -> str:
     for title, cls in (("proof-stream bridge attributes (`proofscope replay`, `run`)",
                         StreamAttr),
                        ("proof-stream bridge events", StreamEvent),
-                       ("EZKL attributes", EzklAttr), ("EZKL span names", EzklSpanName)):
+                       ("EZKL attributes", EzklAttr), ("EZKL span names", EzklSpanName),
+                       ("`proofscope import` (Chrome trace events)", ImportAttr)):
         names = sorted({v for k, v in vars(cls).items()
                         if k.isupper() and isinstance(v, str)})
         out.append(f"| {title} | " + ", ".join(f"`{n}`" for n in names) + " |")
-    out.append("")
+    out += ["", "Mapping rules (`serve --map`, `PROOFSCOPE_MAP`, `configure(map=...)`, "
+            "docs/mapping.md) rename a foreign span onto the contract and keep "
+            f"`{Attr.MAPPING_SOURCE_NAME}` (its own name) and `{Attr.MAPPING_RULES}` "
+            "(the preset or rule file).", ""]
     return "\n".join(out)
 

@@ -18,7 +18,8 @@ from otel_proofscope.pipeline.drops import DROPS, REJECTIONS
 @pytest.fixture(autouse=True)
 def _clean_ledgers(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     for var in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_TRACES_EXPORTER", "OTEL_METRICS_EXPORTER",
-                "PROOFSCOPE_RERUN", "PROOFSCOPE_CAPTURE_WITNESS", "PROOFSCOPE_EXPORT_WITNESS"):
+                "PROOFSCOPE_RERUN", "PROOFSCOPE_CAPTURE_WITNESS", "PROOFSCOPE_EXPORT_WITNESS",
+                "PROOFSCOPE_MAP"):
         monkeypatch.delenv(var, raising=False)
     DROPS.reset()
     REJECTIONS.reset()

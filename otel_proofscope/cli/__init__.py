@@ -16,6 +16,7 @@ SUBCOMMANDS: dict[str, str] = {
     "run": "run_cmd",
     "serve": "serve_cmd",
     "replay": "replay_cmd",
+    "import": "import_cmd",
 }
 
 DESCRIPTION = """\
@@ -31,6 +32,8 @@ examples:
   proofscope gpu                        which GPU metrics this machine can give, and gaps
   proofscope run -- ./my-prover args    trace any prover process as one proof
   proofscope serve                      receive OTLP from any language, draw it in Rerun
+  proofscope serve --map sp1            … with SP1's own span names mapped onto the proof
+  proofscope import trace.json          a Chrome trace-event profile → OTLP + Rerun
   proofscope replay events.jsonl        turn a recorded proof-stream into spans
 
 Configuration uses the standard OTEL_* variables (OTEL_EXPORTER_OTLP_ENDPOINT, …)

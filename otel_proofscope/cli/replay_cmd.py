@@ -47,8 +47,11 @@ def add_telemetry_args(p: argparse.ArgumentParser) -> None:
 
 
 def start_telemetry(args: argparse.Namespace, service_name: str,
-                    handle_sigterm: bool = True) -> tuple[Any, list[str]]:
-    """configure() from the shared arguments; returns (telemetry, notes)."""
+                    handle_sigterm: bool = True, map_rules: Any = None) -> tuple[Any, list[str]]:
+    """configure() from the shared arguments; returns (telemetry, notes).
+
+    ``map_rules``: mapping rules for every span sink (``configure(map=...)``).
+    """
     import os
 
     from otel_proofscope.setup import configure
@@ -68,7 +71,7 @@ def start_telemetry(args: argparse.Namespace, service_name: str,
             target = "off"
     telemetry = configure(service_name=args.service_name or service_name, out_dir=args.out,
                           rerun=target, shutdown_timeout_s=args.flush_timeout,
-                          handle_sigterm=handle_sigterm, set_global=True)
+                          handle_sigterm=handle_sigterm, set_global=True, map=map_rules)
     if target != "off":
         notes.append(f"rerun: {target}")
     return telemetry, notes

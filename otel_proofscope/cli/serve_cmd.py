@@ -79,6 +79,10 @@ def register(sub: Any) -> None:
     p.add_argument("--rerun", default=None, metavar="TARGET",
                    help="spawn, file:PATH.rrd, rerun+http://HOST:PORT/proxy or off "
                         f"(default $PROOFSCOPE_RERUN, else file:{DEFAULT_RRD})")
+    p.add_argument("--map", default=None, metavar="FILE|PRESET",
+                   help="mapping rules that turn a foreign prover's spans into proof phases "
+                        "(a preset: sp1, jolt; or a rule file; default $PROOFSCOPE_MAP; "
+                        "docs/mapping.md)")
     p.set_defaults(handler=serve)
 
 
@@ -109,8 +113,17 @@ def serve(args: argparse.Namespace) -> int:
         print(f"proofscope serve: warning: listening on {args.host} without a token; anyone "
               "who can reach it can write to your Rerun view", file=sys.stderr)
     target = rerun_target(args.rerun)
+    from otel_proofscope.mapping.rules import RuleError
+    from otel_proofscope.mapping.wiring import mapper_for, summary, wrap
+
+    try:
+        mapper = mapper_for(args.map)
+    except RuleError as exc:
+        print(f"proofscope serve: --map: {exc}", file=sys.stderr)
+        return 2
     try:
         span_exporters, metric_exporters = _exporters(target)
+        span_exporters = [wrap(e, mapper) for e in span_exporters]
     except ImportError as exc:
         print(f"proofscope serve: the Rerun exporter is unavailable ({exc}); install "
               "otel-proofscope[rerun] or pass --rerun off", file=sys.stderr)
@@ -138,6 +151,8 @@ def serve(args: argparse.Namespace) -> int:
         if receiver.http_endpoint:
             print(f"OTLP/HTTP listening on {receiver.http_endpoint}", flush=True)
         print(f"Rerun: {target}" + ("  (token required)" if token else ""), flush=True)
+        if mapper is not None:
+            print(f"mapping: {mapper.rules.label}", flush=True)
         while not stop.wait(0.5):
             pass
     finally:
@@ -147,6 +162,9 @@ def serve(args: argparse.Namespace) -> int:
     stats = receiver.stats()
     print("received: " + (", ".join(f"{k}={v}" for k, v in sorted(stats.items())) or
                           "nothing"), flush=True)
+    if mapper is not None:
+        print(summary(mapper), flush=True)
     for line in DROPS.summary_lines():
         print(line, flush=True)
     return 0
+

@@ -13,9 +13,13 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from opentelemetry.sdk.metrics.export import MetricReader
 from opentelemetry.sdk.trace.export import SpanExporter
+
+from otel_proofscope.mapping.apply import Mapper
+from otel_proofscope.mapping.wiring import mapper_for
 
 DEFAULT_OUT_DIR = "proofscope-out"
 DEFAULT_MAX_EVENTS_PER_SPAN = 16_384
@@ -111,6 +115,8 @@ class Options:
     metric_exporters: tuple[str, ...]
     span_exporters: tuple[tuple[str, SpanExporter], ...] = field(default=())
     metric_readers: tuple[MetricReader, ...] = field(default=())
+    #: Mapping rules for every span sink (``map=`` or ``PROOFSCOPE_MAP``), or None.
+    mapper: Mapper | None = None
 
     @property
     def rerun_on(self) -> bool:
@@ -136,6 +142,7 @@ class Options:
         span_exporters: Sequence[tuple[str, SpanExporter]] = (),
         metric_readers: Sequence[MetricReader] = (),
         set_global: bool = True,
+        map: Any = None,  # configure(map=...): a preset name, rule file, RuleSet, Mapper
     ) -> Options:
         """configure()'s arguments merged with the environment; raises ValueError for a
         value that cannot be meant, naming where it came from."""
@@ -191,4 +198,5 @@ class Options:
             max_events_per_span=max_events, max_queue_size=queue_size,
             handle_sigterm=handle_sigterm, set_global=set_global,
             trace_exporters=tuple(trace_names), metric_exporters=tuple(metric_names),
-            span_exporters=tuple(span_exporters), metric_readers=tuple(metric_readers))
+            span_exporters=tuple(span_exporters), metric_readers=tuple(metric_readers),
+            mapper=mapper_for(map))

@@ -42,6 +42,7 @@ from opentelemetry.sdk.trace.export import SpanExporter
 
 from otel_proofscope import instrumentation
 from otel_proofscope.instrumentation import ProofTracer
+from otel_proofscope.mapping import wiring as mapping
 from otel_proofscope.pipeline.metric_export import CountingMetricExporter
 from otel_proofscope.pipeline.privacy import WitnessFilter
 from otel_proofscope.pipeline.processor import BoundedBatchSpanProcessor, SpanLimitAccounting
@@ -70,6 +71,8 @@ class _Build:
         self.used_dir: Path | None = None
 
     def add_spans(self, sink: str, exporter: SpanExporter, local: bool = False) -> None:
+        # Mapping rules first: every sink receives the same contract spans.
+        exporter = mapping.wrap(exporter, self.options.mapper)
         # Witness values stay in the process unless export_witness says otherwise;
         # local sinks (Rerun, the caller's own exporters) see them regardless.
         if not local and not self.options.export_witness:
@@ -152,6 +155,7 @@ def configure(
     span_exporters: Sequence[tuple[str, SpanExporter]] = (),
     metric_readers: Sequence[MetricReader] = (),
     set_global: bool = True,
+    map: str | Path | Any = None,  # a preset name, rule file, RuleSet or Mapper
 ) -> Telemetry:
     """Set up tracer + meter providers for a prover and return a :class:`Telemetry`.
 
@@ -179,6 +183,9 @@ def configure(
         handle_sigterm: when SIGTERM has its default action, turn it into ``SystemExit``
             so open spans end (marked as errors) and the bounded shutdown runs at exit.
         set_global: install the providers globally (``get_tracer()`` then uses them).
+        map: mapping rules for a foreign prover's spans, a preset name (``"sp1"``) or a
+            rule file (``PROOFSCOPE_MAP``; docs/mapping.md): every sink receives the
+            contract spans, and the proof metrics are recorded for them.
 
     Raises:
         ValueError: for an argument or variable that cannot be meant (``nan``, ``inf``,
@@ -203,6 +210,7 @@ def build(options: Options) -> Telemetry:
 
     meter_provider = MeterProvider(resource=parts.resource, metric_readers=parts.readers,
                                    shutdown_on_exit=False)
+    mapping.install_metrics(parts.tracer_provider, meter_provider, options.mapper)
     instrumentation.set_capture_witness(options.capture_witness)
     if options.set_global:
         trace.set_tracer_provider(parts.tracer_provider)

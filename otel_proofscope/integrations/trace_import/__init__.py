@@ -1,0 +1,1 @@
+"""``proofscope import``: existing profiles (Chrome trace-event JSON) into spans and metrics."""

@@ -1,0 +1,475 @@
+"""Chrome trace-event JSON → spans, span events and counter points (pure, no I/O).
+
+The format written by Rust's tracing-chrome, Perfetto's legacy JSON exporter, viztracer
+and Chrome's own tracing: either a JSON array of events or an object whose
+``traceEvents`` member is that array. What is read:
+
+* ``ph: X`` complete events, and ``B``/``E`` pairs matched per (pid, tid) as a stack,
+  become spans; async ``b``/``e`` pairs (matched per pid, category and id) too;
+* ``i``/``I`` (and async ``n``) instant events become span events of the innermost span
+  that encloses them on their thread, or a zero-length span of their own if none does;
+* ``C`` counters become data points, one per numeric series of their ``args``;
+* ``M`` metadata: ``process_name`` and ``thread_name`` name processes and threads.
+
+Timestamps are microseconds; they are read as decimals, never as binary floats, and
+become integer nanoseconds exactly (``1234.567`` µs → ``1234567`` ns; a digit beyond the
+nanosecond is rounded half to even). A ``B`` that the file never closes (a crashed
+prover's trace) ends at the last timestamp of the file and is marked.
+
+Nothing is dropped silently: each array entry is either used, ignored (harmless
+metadata such as ``process_sort_index``) or skipped with a reason, so
+``entries == used + ignored + skipped`` always holds; the first errors name the entry
+index and its byte offset. A file cut short (no closing ``]``, as tracing-chrome leaves
+it when the process dies) still imports everything before the cut, and a malformed
+stretch is skipped up to the next event.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import math
+import re
+from collections import Counter
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
+from typing import Any
+
+#: How many error messages a result keeps (all of them are counted).
+MAX_ERRORS = 20
+#: Thread or process id as the file gives it (tracing-chrome and viztracer: ints).
+Id = int | str
+
+_THOUSAND = Decimal(1000)
+# Where a new event can start after a malformed stretch: an object after a comma or at
+# the start of a line (tracing-chrome and viztracer write one event per line).
+_RESYNC = re.compile(r",\s*\{|\n\s*\{")
+_SPAN_PHASES = frozenset("XBEbe")
+_INSTANT_PHASES = frozenset("iIn")
+
+
+class ChromeFormatError(ValueError):
+    """The input is not a Chrome trace-event file at all (nothing could be read)."""
+
+
+@dataclass
+class Instant:
+    name: str
+    pid: Id
+    tid: Id
+    ts_ns: int
+    args: dict[str, Any]
+    scope: str = "t"
+
+
+@dataclass
+class Span:
+    name: str
+    pid: Id
+    tid: Id
+    start_ns: int
+    end_ns: int
+    args: dict[str, Any]
+    phase: str  # "X", "B" (a B/E pair) or "b" (an async pair)
+    category: str | None = None
+    unterminated: bool = False
+    parent: int | None = None  # index into ParseResult.spans
+    events: list[Instant] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class CounterPoint:
+    name: str
+    series: str
+    pid: Id
+    ts_ns: int
+    value: int | float
+
+
+@dataclass
+class ParseResult:
+    spans: list[Span] = field(default_factory=list)
+    counters: list[CounterPoint] = field(default_factory=list)
+    process_names: dict[Id, str] = field(default_factory=dict)
+    thread_names: dict[tuple[Id, Id], str] = field(default_factory=dict)
+    #: array entries read (each is used, ignored or skipped; a malformed stretch of
+    #: JSON counts as one skipped entry)
+    entries: int = 0
+    used: Counter[str] = field(default_factory=Counter)  # by ph
+    ignored: Counter[str] = field(default_factory=Counter)  # by what
+    skipped: Counter[str] = field(default_factory=Counter)  # by reason
+    errors: list[str] = field(default_factory=list)  # the first MAX_ERRORS, with positions
+    notes: list[str] = field(default_factory=list)
+    unterminated: int = 0  # B / b never closed (imported, ending at the last timestamp)
+    instants_as_spans: int = 0  # instants no span encloses (imported as 0-length spans)
+
+    def skip(self, reason: str, index: int, offset: int, detail: str = "") -> None:
+        self.skipped[reason] += 1
+        if len(self.errors) < MAX_ERRORS:
+            where = f"event #{index} (byte {offset})"
+            self.errors.append(f"{where}: {reason}" + (f": {detail}" if detail else ""))
+
+    @property
+    def instants(self) -> int:
+        return sum(len(s.events) for s in self.spans)
+
+
+def looks_like_chrome(head: bytes) -> bool:
+    """Whether the start of a file looks like Chrome trace-event JSON (for ``auto``)."""
+    text = head.lstrip(b"\xef\xbb\xbf \t\r\n")
+    if text.startswith(b"["):
+        rest = text[1:].lstrip()
+        return rest.startswith((b"{", b"]")) or not rest
+    return text.startswith(b"{") and b"traceEvents" in head
+
+
+def parse(data: bytes | str) -> ParseResult:
+    """Everything usable in ``data``; raises :class:`ChromeFormatError` only when the
+    input has no trace-event array at all."""
+    result = ParseResult()
+    text = data.decode("utf-8", errors="replace") if isinstance(data, bytes) else data
+    if isinstance(data, bytes) and "\ufffd" in text and b"\xef\xbf\xbd" not in data:
+        result.notes.append("invalid UTF-8 replaced by U+FFFD")
+    bytes_at = _ByteOffsets(text)
+    state = _State(result)
+    for index, (entry, pos, error) in enumerate(_entries(text, result)):
+        result.entries += 1
+        if error is not None:
+            result.skip("malformed JSON", index, bytes_at(pos), error)
+            continue
+        try:
+            state.event(entry)
+        except _Skip as exc:
+            result.skip(exc.reason, index, bytes_at(pos), exc.detail)
+    state.finish()
+    return result
+
+
+# ── reading the array ────────────────────────────────────────────────────────────────
+
+
+def _decoder() -> json.JSONDecoder:
+    # Decimals keep timestamps exact; NaN / Infinity literals become floats and are
+    # refused where a number must be finite.
+    return json.JSONDecoder(parse_float=Decimal)
+
+
+def _entries(text: str, result: ParseResult) -> Iterator[tuple[Any, int, str | None]]:
+    """(entry, char position, None) per array entry, or (None, position, error) per
+    malformed stretch."""
+    decoder = _decoder()
+    stripped = text.lstrip("\ufeff \t\r\n")
+    start = len(text) - len(stripped)
+    pos = _array_start(stripped)
+    if pos is None:
+        raise ChromeFormatError("not Chrome trace-event JSON: neither a JSON array of "
+                                "events nor an object with a 'traceEvents' array")
+    pos += start
+    n = len(text)
+    closed = False
+    while True:
+        while pos < n and text[pos] in " \t\r\n,":
+            pos += 1
+        if pos >= n:
+            break
+        if text[pos] == "]":
+            closed = True
+            break
+        try:
+            entry, end = decoder.raw_decode(text, pos)
+        except json.JSONDecodeError as exc:
+            m = _RESYNC.search(text, max(exc.pos, pos + 1))
+            if m is None and text.rfind("]") > pos:  # a last malformed entry before ]
+                yield None, pos, exc.msg
+                closed = True
+                break
+            yield None, pos, exc.msg
+            if m is None:
+                break
+            pos = m.end() - 1
+            continue
+        yield entry, pos, None
+        pos = end
+    if not closed:
+        result.notes.append("the event array is not closed (file cut short?); everything "
+                            "before the cut was read")
+
+
+def _array_start(text: str) -> int | None:
+    if text.startswith("["):
+        return 1
+    if text.startswith("{"):
+        m = re.search(r'"traceEvents"\s*:\s*\[', text)
+        if m is not None:
+            return m.end()
+    return None
+
+
+class _ByteOffsets:
+    """Char position → UTF-8 byte offset, cheap for ASCII files (the usual case)."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.ascii = text.isascii()
+        self._last = (0, 0)  # (char position, byte offset): positions only grow
+
+    def __call__(self, pos: int) -> int:
+        if self.ascii:
+            return pos
+        last_pos, last_byte = self._last if pos >= self._last[0] else (0, 0)
+        byte = last_byte + len(self.text[last_pos:pos].encode("utf-8"))
+        self._last = (pos, byte)
+        return byte
+
+
+# ── events ───────────────────────────────────────────────────────────────────────────
+
+
+class _Skip(Exception):
+    def __init__(self, reason: str, detail: str = "") -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.detail = detail
+
+
+def ts_to_ns(value: Any, what: str = "ts") -> int:
+    """A microsecond timestamp (int or decimal) as exact integer nanoseconds."""
+    if isinstance(value, bool) or value is None:
+        raise _Skip(f"missing or invalid {what}", repr(value))
+    if isinstance(value, int):
+        return value * 1000
+    if isinstance(value, Decimal):
+        if not value.is_finite():
+            raise _Skip(f"non-finite {what}", str(value))
+        try:
+            return int((value * _THOUSAND).to_integral_value(rounding=ROUND_HALF_EVEN))
+        except (InvalidOperation, OverflowError):
+            raise _Skip(f"invalid {what}", str(value)) from None
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise _Skip(f"non-finite {what}", repr(value))
+        return ts_to_ns(Decimal(repr(value)), what)
+    if isinstance(value, str):  # some producers quote numbers
+        try:
+            return ts_to_ns(Decimal(value.strip()), what)
+        except InvalidOperation:
+            raise _Skip(f"invalid {what}", repr(value)) from None
+    raise _Skip(f"missing or invalid {what}", repr(value))
+
+
+def _id(value: Any) -> Id:
+    if isinstance(value, bool) or value is None:
+        return 0
+    if isinstance(value, int | str):
+        return value
+    if isinstance(value, Decimal) and value == value.to_integral_value():
+        return int(value)
+    return str(value)
+
+
+def _args(value: Any) -> dict[str, Any]:
+    return dict(value) if isinstance(value, dict) else {}
+
+
+def _name(e: Mapping[str, Any]) -> str:
+    name = e.get("name")
+    if not isinstance(name, str) or not name:
+        raise _Skip("event without a name")
+    return name
+
+
+def _number(value: Any) -> int | float | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, Decimal):
+        if not value.is_finite():
+            return None
+        return int(value) if value == value.to_integral_value() and abs(value) < 2 ** 63 \
+            else float(value)
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    return None
+
+
+class _State:
+    def __init__(self, result: ParseResult) -> None:
+        self.r = result
+        self.open: dict[tuple[Id, Id], list[Span]] = {}  # B stacks per thread
+        self.open_async: dict[tuple[Any, ...], list[Span]] = {}  # b stacks per id
+        self.instants: list[Instant] = []
+        self.last_ns: int | None = None
+
+    def _seen(self, ns: int) -> int:
+        if self.last_ns is None or ns > self.last_ns:
+            self.last_ns = ns
+        return ns
+
+    def event(self, e: Any) -> None:
+        if not isinstance(e, dict):
+            raise _Skip("entry is not a JSON object", type(e).__name__)
+        ph = e.get("ph")
+        if not isinstance(ph, str) or not ph:
+            raise _Skip("event without a 'ph'")
+        pid, tid = _id(e.get("pid")), _id(e.get("tid"))
+        r = self.r
+        if ph == "X":
+            name = _name(e)
+            start = self._seen(ts_to_ns(e.get("ts")))
+            dur = ts_to_ns(e.get("dur"), "dur")
+            if dur < 0:
+                raise _Skip("negative dur", str(e.get("dur")))
+            self._seen(start + dur)
+            r.spans.append(Span(name, pid, tid, start, start + dur, _args(e.get("args")), "X",
+                                _category(e)))
+        elif ph == "B":
+            name = _name(e)
+            start = self._seen(ts_to_ns(e.get("ts")))
+            span = Span(name, pid, tid, start, start, _args(e.get("args")), "B", _category(e))
+            self.open.setdefault((pid, tid), []).append(span)
+        elif ph == "E":
+            end = self._seen(ts_to_ns(e.get("ts")))
+            stack = self.open.get((pid, tid))
+            if not stack:
+                raise _Skip("'E' without an open 'B' on its thread",
+                            f"pid={pid} tid={tid} name={e.get('name')!r}")
+            if stack[-1].start_ns > end:
+                raise _Skip("'E' before its 'B'", f"name={stack[-1].name!r}")
+            span = stack.pop()
+            span.end_ns = end
+            span.args.update(_args(e.get("args")))  # Chrome merges the E's args
+            r.spans.append(span)
+        elif ph in ("b", "e"):
+            self._async(e, ph, pid, tid)
+        elif ph in _INSTANT_PHASES:
+            name = _name(e)
+            ts = self._seen(ts_to_ns(e.get("ts")))
+            raw_scope = e.get("s")
+            scope = raw_scope if isinstance(raw_scope, str) and raw_scope in "gpt" \
+                and raw_scope else "t"
+            self.instants.append(Instant(name, pid, tid, ts, _args(e.get("args")), scope))
+        elif ph == "C":
+            self._counter(e, pid)
+        elif ph == "M":
+            self._metadata(e, pid, tid)
+            return  # counted in _metadata (used or ignored)
+        else:
+            raise _Skip(f"unsupported phase '{ph}'")
+        r.used[ph] += 1
+
+    def _async(self, e: Mapping[str, Any], ph: str, pid: Id, tid: Id) -> None:
+        ident = e.get("id", e.get("id2"))
+        key = (pid, _category(e), json.dumps(ident, default=str, sort_keys=True))
+        ts = self._seen(ts_to_ns(e.get("ts")))
+        if ph == "b":
+            span = Span(_name(e), pid, tid, ts, ts, _args(e.get("args")), "b", _category(e))
+            self.open_async.setdefault(key, []).append(span)
+            return
+        stack = self.open_async.get(key)
+        if not stack:
+            raise _Skip("'e' without an open 'b' of the same id", f"id={ident!r}")
+        if stack[-1].start_ns > ts:
+            raise _Skip("'e' before its 'b'", f"id={ident!r}")
+        span = stack.pop()
+        span.end_ns = ts
+        span.args.update(_args(e.get("args")))
+        self.r.spans.append(span)
+
+    def _counter(self, e: Mapping[str, Any], pid: Id) -> None:
+        name = _name(e)
+        ts = self._seen(ts_to_ns(e.get("ts")))
+        args = _args(e.get("args"))
+        points = [(str(k), _number(v)) for k, v in args.items()]
+        good = [(k, v) for k, v in points if v is not None]
+        if not good:
+            raise _Skip("counter without a numeric series", f"name={name!r}")
+        for series, value in good:
+            assert value is not None
+            self.r.counters.append(CounterPoint(name, series, pid, ts, value))
+
+    def _metadata(self, e: Mapping[str, Any], pid: Id, tid: Id) -> None:
+        name = e.get("name")
+        value = _args(e.get("args")).get("name")
+        if name == "process_name" and isinstance(value, str):
+            self.r.process_names[pid] = value
+            self.r.used["M"] += 1
+        elif name == "thread_name" and isinstance(value, str):
+            self.r.thread_names[(pid, tid)] = value
+            self.r.used["M"] += 1
+        else:
+            self.r.ignored[f"metadata {name!r}"] += 1
+
+    def finish(self) -> None:
+        r = self.r
+        last = self.last_ns if self.last_ns is not None else 0
+        for stacks in (self.open, self.open_async):
+            for stack in stacks.values():
+                for span in stack:
+                    span.end_ns = max(last, span.start_ns)
+                    span.unterminated = True
+                    r.unterminated += 1
+                    r.spans.append(span)
+        _nest(r.spans, self.instants, r)
+
+
+def _category(e: Mapping[str, Any]) -> str | None:
+    cat = e.get("cat")
+    return cat if isinstance(cat, str) and cat else None
+
+
+# ── nesting ──────────────────────────────────────────────────────────────────────────
+
+
+def _nest(spans: list[Span], instants: list[Instant], r: ParseResult) -> None:
+    """Parents by time containment on each thread; instants onto their innermost span."""
+    by_thread: dict[tuple[Id, Id], list[int]] = {}
+    for i, s in enumerate(spans):
+        if s.phase != "b":  # async spans belong to no thread stack
+            by_thread.setdefault((s.pid, s.tid), []).append(i)
+    # For instants: per thread, spans sorted by start with their nesting depth.
+    index: dict[tuple[Id, Id], tuple[list[int], list[int]]] = {}
+    for key, ids in by_thread.items():
+        ids.sort(key=lambda i: (spans[i].start_ns, -spans[i].end_ns, i))
+        stack: list[int] = []
+        for i in ids:
+            s = spans[i]
+            while stack and not (spans[stack[-1]].start_ns <= s.start_ns
+                                 and s.end_ns <= spans[stack[-1]].end_ns):
+                stack.pop()
+            s.parent = stack[-1] if stack else None
+            stack.append(i)
+        index[key] = (ids, [spans[i].start_ns for i in ids])
+    for inst in sorted(instants, key=lambda x: x.ts_ns):
+        owner = _innermost(spans, index.get((inst.pid, inst.tid)), inst.ts_ns)
+        if owner is None and inst.scope in ("p", "g"):
+            for (pid, _tid), entry in index.items():
+                if inst.scope == "g" or pid == inst.pid:
+                    owner = _innermost(spans, entry, inst.ts_ns)
+                    if owner is not None:
+                        break
+        if owner is not None:
+            spans[owner].events.append(inst)
+        else:
+            r.instants_as_spans += 1
+            spans.append(Span(inst.name, inst.pid, inst.tid, inst.ts_ns, inst.ts_ns,
+                              inst.args, "i"))
+
+
+def _innermost(spans: Sequence[Span], entry: tuple[list[int], list[int]] | None,
+               ts: int) -> int | None:
+    """The deepest span of a thread that encloses ``ts`` (latest-starting container)."""
+    if entry is None:
+        return None
+    ids, starts = entry
+    k = bisect.bisect_right(starts, ts) - 1
+    if k < 0:
+        return None
+    # The latest span starting at or before ts, else the nearest of its ancestors that
+    # is still open at ts. Nothing earlier can enclose ts without also enclosing that
+    # span, which would make it one of those ancestors.
+    node: int | None = ids[k]
+    while node is not None and spans[node].end_ns < ts:
+        node = spans[node].parent
+    return node
