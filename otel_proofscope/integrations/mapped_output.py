@@ -1,0 +1,157 @@
+"""The child's stdout and stderr through pipes: passed on unchanged, and read as log lines.
+
+``proofscope run --map`` gives the prover pipes instead of our terminal. One thread per
+pipe reads whatever is there (``os.read``, no buffering on our side), writes those exact
+bytes to our own stdout or stderr at once, then hands each complete line, stamped with
+the monotonic time the read returned, to the :class:`~otel_proofscope.mapping.lines.
+LineEngine`. So the terminal shows the prover's output byte for byte, and a line's time
+is when it reached us: the prover's own flushing bounds the resolution (Node writes to a
+pipe synchronously; a C program's stdio may hold lines until its buffer fills).
+
+A line ends at ``\\n`` or ``\\r`` (progress bars redraw with ``\\r``); blank lines are not
+counted. A line longer than :data:`MAX_LINE_BYTES` is passed on but not matched: it is
+counted as malformed. A prover that writes to a closed terminal loses nothing here: we
+keep reading (so it never blocks on a full pipe) and count the bytes we could not pass on.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from opentelemetry import metrics, trace
+
+from otel_proofscope.mapping.lines import LineEngine, LineRules
+
+MAX_LINE_BYTES = 65536
+READ_SIZE = 65536
+_EOL = re.compile(rb"[\r\n]")
+
+
+class LinePump:
+    """Copies one pipe to ``dst`` and feeds its lines to ``on_line(bytes, t_monotonic)``."""
+
+    def __init__(self, src: int, dst: int, on_line: Callable[[bytes, int], None],
+                 on_overlong: Callable[[str], None], name: str) -> None:
+        self._src, self._dst = src, dst
+        self._on_line, self._on_overlong = on_line, on_overlong
+        self.name = name
+        self.bytes_read = 0
+        self.bytes_not_passed_on = 0
+        self._dst_broken = False
+        self._thread = threading.Thread(target=self._run, name=f"proofscope-{name}",
+                                        daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def join(self, timeout: float) -> bool:
+        """True when the pipe reached EOF within ``timeout``."""
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    def _run(self) -> None:
+        buf = bytearray()
+        skipping = False  # inside an over-long line: pass it on, do not match it
+        t = time.monotonic_ns()
+        try:
+            while True:
+                try:
+                    chunk = os.read(self._src, READ_SIZE)
+                except OSError:
+                    break
+                if not chunk:
+                    break
+                t = time.monotonic_ns()
+                self.bytes_read += len(chunk)
+                self._pass_on(chunk)
+                pos = 0
+                for m in _EOL.finditer(chunk):
+                    piece = chunk[pos:m.start()]
+                    pos = m.end()
+                    if skipping:
+                        skipping = False
+                        buf.clear()
+                        continue
+                    buf += piece
+                    if buf:
+                        self._on_line(bytes(buf), t)
+                        buf.clear()
+                buf += chunk[pos:]
+                if not skipping and len(buf) > MAX_LINE_BYTES:
+                    self._on_overlong(f"{self.name}: a line longer than {MAX_LINE_BYTES} "
+                                      "bytes, passed on but not matched")
+                    skipping = True
+                if skipping:
+                    buf.clear()
+            if buf and not skipping:
+                self._on_line(bytes(buf), t)  # the last line had no newline
+        finally:
+            os.close(self._src)
+
+    def _pass_on(self, data: bytes) -> None:
+        if self._dst_broken:
+            self.bytes_not_passed_on += len(data)
+            return
+        view = memoryview(data)
+        while view:
+            try:
+                n = os.write(self._dst, view)
+            except OSError:
+                # Our terminal went away: keep draining so the prover never blocks.
+                self._dst_broken = True
+                self.bytes_not_passed_on += len(view)
+                return
+            view = view[n:]
+
+
+class MappedOutput:
+    """Line rules applied to one child process: pipes, pumps and the engine."""
+
+    def __init__(self, rules: LineRules, argv: Sequence[str], root: Any, *,
+                 tracer_provider: trace.TracerProvider | None,
+                 meter_provider: metrics.MeterProvider | None,
+                 system: str, backend: str) -> None:
+        self.engine = LineEngine(rules, " ".join(argv), root, tracer_provider=tracer_provider,
+                                 meter_provider=meter_provider, system=system, backend=backend)
+        self._pumps: list[LinePump] = []
+
+    @staticmethod
+    def popen_kwargs() -> dict[str, Any]:
+        return {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "bufsize": 0}
+
+    def started(self, child: subprocess.Popen[bytes]) -> None:
+        self.engine.begin(time.monotonic_ns())
+        for pipe, dst, name in ((child.stdout, 1, "stdout"), (child.stderr, 2, "stderr")):
+            if pipe is None:
+                continue
+            # The pump owns the descriptor from now on (it closes it at EOF).
+            fd = os.dup(pipe.fileno())
+            pipe.close()
+            pump = LinePump(fd, dst, self.engine.feed, self.engine.malformed_line, name)
+            self._pumps.append(pump)
+            pump.start()
+
+    def finish(self, drain_timeout_s: float) -> list[str]:
+        """After the child exited: drain the pipes (bounded), close the phases, report."""
+        notes: list[str] = []
+        deadline = time.monotonic() + drain_timeout_s
+        for pump in self._pumps:
+            if not pump.join(max(0.0, deadline - time.monotonic())):
+                notes.append(f"{pump.name}: still open {drain_timeout_s:g} s after the prover "
+                             "exited (a child of it holds the pipe?); later lines are not "
+                             "mapped")
+            if pump.bytes_not_passed_on:
+                notes.append(f"{pump.name}: {pump.bytes_not_passed_on} bytes of the prover's "
+                             "output could not be passed on (our output was closed)")
+        self.engine.finish(time.monotonic_ns())
+        stats = self.engine.stats
+        label = self.engine.rules.label
+        lines = [f"mapping {label}: {stats.report()}"]
+        lines += [f"mapping {label}: {e}" for e in stats.errors]
+        return lines + notes
