@@ -215,6 +215,7 @@ class CliProverSpanName:
     GROTH16_FFT = "groth16.fft"
     GROTH16_JOIN = "groth16.join"
     GROTH16_MSM = "groth16.msm"
+    PLONK_READ = "plonk.read"
     PLONK_ROUND = "plonk.round"
     PLONK_STEP = "plonk.step"
     PLONK_FFT = "plonk.fft"

@@ -78,14 +78,17 @@ class LinePump:
                         skipping = False
                         buf.clear()
                         continue
+                    if len(buf) + len(piece) > MAX_LINE_BYTES:
+                        self._overlong()
+                        buf.clear()
+                        continue
                     buf += piece
                     if buf:
                         self._on_line(bytes(buf), t)
                         buf.clear()
                 buf += chunk[pos:]
                 if not skipping and len(buf) > MAX_LINE_BYTES:
-                    self._on_overlong(f"{self.name}: a line longer than {MAX_LINE_BYTES} "
-                                      "bytes, passed on but not matched")
+                    self._overlong()
                     skipping = True
                 if skipping:
                     buf.clear()
@@ -93,6 +96,10 @@ class LinePump:
                 self._on_line(bytes(buf), t)  # the last line had no newline
         finally:
             os.close(self._src)
+
+    def _overlong(self) -> None:
+        self._on_overlong(f"{self.name}: a line longer than {MAX_LINE_BYTES} bytes, passed "
+                          "on but not matched")
 
     def _pass_on(self, data: bytes) -> None:
         if self._dst_broken:
