@@ -540,7 +540,8 @@ class SpanTranslator:
         p = model.key
         pos = layout.node_position(index, kind, model.offset)
         radius = layout.node_radius(cost)
-        label = f"{kind} [{index}]"
+        # A mapped phase (groth16.msm from a CLI's log lines) is labelled by its own name.
+        label = f"{_str(a, Attr.MAPPING_SOURCE_NAME) or kind} [{index}]"
         took = _ms(start, end, model.replayed)
         frame.point(NODES, start, Node(pos, layout.kind_rgba(kind), radius, f"{label} · {p}"),
                     layer=index, show_labels=False)
