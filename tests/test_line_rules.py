@@ -401,3 +401,20 @@ def test_pump_counts_an_overlong_line_and_keeps_going() -> None:
     assert out == b"a\n" + big + b"\nb\n"
     assert lines == [b"a", b"b"]
     assert len(over) == 1
+
+
+def test_the_rule_files_in_docs_parse() -> None:
+    import tomllib
+
+    doc = (Path(__file__).parent.parent / "docs" / "provers.md").read_text()
+    blocks = re.findall(r"```toml\n(.*?)```", doc, flags=re.S)
+    assert len(blocks) == 2
+    for block in blocks:
+        rules = parse_line_rules(tomllib.loads(block), Path("docs/provers.md"))
+        assert rules.lines and rules.meta["sources"]
+    excerpt = parse_line_rules(tomllib.loads(blocks[0]), Path("excerpt.toml"))
+    run = Run(excerpt, PROVE)
+    run.feed(fixture_lines("groth16_prove_v.out"))
+    spans = run.finish()
+    assert len(by_phase(spans, CliProverSpanName.GROTH16_MSM)) == 5
+    assert len(by_phase(spans, CliProverSpanName.GROTH16_FFT)) == 6

@@ -8,6 +8,10 @@ LineEngine`. So the terminal shows the prover's output byte for byte, and a line
 is when it reached us: the prover's own flushing bounds the resolution (Node writes to a
 pipe synchronously; a C program's stdio may hold lines until its buffer fills).
 
+Measured (benchmarks/bench_line_arrival.py: a Node child stamps each line with its own
+monotonic clock; 2 CPUs at load average ~9): from write to our stamp, median 0.15–1.8 ms,
+p90 4–7 ms, max 20–74 ms.
+
 A line ends at ``\\n`` or ``\\r`` (progress bars redraw with ``\\r``); blank lines are not
 counted. A line longer than :data:`MAX_LINE_BYTES` is passed on but not matched: it is
 counted as malformed. A prover that writes to a closed terminal loses nothing here: we
