@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -418,3 +420,42 @@ def test_the_rule_files_in_docs_parse() -> None:
     spans = run.finish()
     assert len(by_phase(spans, CliProverSpanName.GROTH16_MSM)) == 5
     assert len(by_phase(spans, CliProverSpanName.GROTH16_FFT)) == 6
+
+
+# ── the CLI: --map, detection, --no-map ──────────────────────────────────────────────
+
+
+def cli_run(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[bytes]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "PROOFSCOPE_"))}
+    return subprocess.run([sys.executable, "-m", "otel_proofscope", "run", "--out",
+                           str(tmp_path / "out"), "--rerun", "off", "--no-gpu", *args],
+                          capture_output=True, timeout=120, env=env, cwd=tmp_path)
+
+
+def test_bad_map_is_a_usage_error_naming_the_problem(tmp_path: Path) -> None:
+    proc = cli_run(tmp_path, "--map", "nargo", "--", "true")
+    assert proc.returncode == 2
+    assert b"no such preset" in proc.stderr and b"snarkjs" in proc.stderr
+    (tmp_path / "bad.toml").write_text("[[line]]\nname='x'\nstart='a'\nend='b'\nfoo=1\n")
+    proc = cli_run(tmp_path, "--map", str(tmp_path / "bad.toml"), "--", "true")
+    assert proc.returncode == 2
+    assert b"bad.toml" in proc.stderr and b"[[line]] #0: unknown key 'foo'" in proc.stderr
+
+
+def test_detected_preset_and_no_map(tmp_path: Path) -> None:
+    # A stand-in named snarkjs that replays recorded output (the real one: test_snarkjs.py).
+    fake = tmp_path / "snarkjs"
+    fake.write_text(f"#!{sys.executable}\nimport sys\n"
+                    f"sys.stdout.buffer.write(open({str(FIXTURES / 'groth16_prove_v.out')!r},"
+                    " 'rb').read())\nsys.exit(3)\n")
+    fake.chmod(0o755)
+    command = [str(fake), "groth16", "prove", "c.zkey", "w.wtns", "proof.json", "pub.json", "-v"]
+    proc = cli_run(tmp_path, "--", *command)
+    assert proc.returncode == 3
+    assert proc.stdout == (FIXTURES / "groth16_prove_v.out").read_bytes()
+    assert b"mapping snarkjs: log lines: 58 read, 58 matched" in proc.stderr
+    assert b"cannot stat proof.json" in proc.stderr  # no proof file: no proof.size, said so
+    proc = cli_run(tmp_path, "--no-map", "--", *command)
+    assert proc.returncode == 3
+    assert proc.stdout == (FIXTURES / "groth16_prove_v.out").read_bytes()
+    assert b"mapping" not in proc.stderr
