@@ -381,11 +381,7 @@ class LineEngine:
         self._active = rules.for_command(command)
         self._tracer = trace.get_tracer(TRACER_NAME, __version__, tracer_provider)
         meter = metrics.get_meter(METER_NAME, __version__, meter_provider)
-        self._layer_duration = meter.create_histogram(
-            Metric.PROOF_LAYER_DURATION.name, Metric.PROOF_LAYER_DURATION.unit,
-            Metric.PROOF_LAYER_DURATION.description,
-            explicit_bucket_boundaries_advisory=list(Metric.PROOF_LAYER_DURATION.buckets or ())
-            or None)
+        self._layer_duration = Metric.PROOF_LAYER_DURATION.histogram(meter)
         self._verify_count = meter.create_counter(
             Metric.PROOF_VERIFY_COUNT.name, Metric.PROOF_VERIFY_COUNT.unit,
             Metric.PROOF_VERIFY_COUNT.description)
