@@ -459,3 +459,11 @@ def test_detected_preset_and_no_map(tmp_path: Path) -> None:
     assert proc.returncode == 3
     assert proc.stdout == (FIXTURES / "groth16_prove_v.out").read_bytes()
     assert b"mapping" not in proc.stderr
+
+
+def test_a_missing_prover_exits_127_with_a_map(tmp_path: Path) -> None:
+    proc = cli_run(tmp_path, "--map", "snarkjs", "--", str(tmp_path / "no-such-snarkjs"),
+                   "groth16", "prove", "a", "b", "c", "d")
+    assert proc.returncode == 127
+    assert b"cannot start" in proc.stderr
+    assert b"mapping snarkjs: log lines: 0 read" in proc.stderr
