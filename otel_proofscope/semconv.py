@@ -188,6 +188,7 @@ class LineAttr:
     MATCHED = "proofscope.line.matched"
     UNMATCHED = "proofscope.line.unmatched"
     MALFORMED = "proofscope.line.malformed"
+    DROPPED = "proofscope.line.dropped"
 
 
 class CliProverAttr:

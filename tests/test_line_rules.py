@@ -20,7 +20,13 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from otel_proofscope.integrations.mapped_output import MAX_LINE_BYTES, LinePump
+from otel_proofscope.integrations.mapped_output import (
+    DROP_SIGNAL,
+    MAX_LINE_BYTES,
+    LinePump,
+    Matcher,
+)
+from otel_proofscope.ledger import DROPS
 from otel_proofscope.mapping.files import PRESETS_DIR, resolve_rule_file
 from otel_proofscope.mapping.lines import (
     LineEngine,
@@ -467,3 +473,30 @@ def test_a_missing_prover_exits_127_with_a_map(tmp_path: Path) -> None:
     assert proc.returncode == 127
     assert b"cannot start" in proc.stderr
     assert b"mapping snarkjs: log lines: 0 read" in proc.stderr
+
+
+def test_a_slow_matcher_never_blocks_the_pump_and_counts_what_it_skips(
+        snarkjs: LineRules) -> None:
+    run = Run(snarkjs, PROVE)
+    gate = threading.Event()
+    feed = run.engine.feed
+
+    def slow_feed(line: str | bytes, t: int) -> None:
+        gate.wait(10)
+        feed(line, t)
+
+    run.engine.feed = slow_feed  # type: ignore[method-assign]
+    matcher = Matcher(run.engine, max_pending=3)
+    matcher.start()
+    lines = fixture_lines("groth16_prove_v.out")
+    for i, line in enumerate(lines):  # returns at once, full queue or not
+        matcher.line(line, i)
+    gate.set()
+    assert matcher.stop(10)
+    run.finish()
+    s = run.engine.stats
+    assert s.lines == len(lines) == s.matched + s.unmatched + s.malformed + s.dropped
+    assert len(lines) - 4 <= s.dropped < len(lines)  # 3 queued + 1 in hand were matched
+    assert DROPS.total(signal=DROP_SIGNAL) == s.dropped
+    matcher.line(b"late", 0)  # after stop: counted, not matched
+    assert run.engine.stats.dropped == s.dropped

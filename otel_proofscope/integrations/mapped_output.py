@@ -16,11 +16,17 @@ A line ends at ``\\n`` or ``\\r`` (progress bars redraw with ``\\r``); blank lin
 counted. A line longer than :data:`MAX_LINE_BYTES` is passed on but not matched: it is
 counted as malformed. A prover that writes to a closed terminal loses nothing here: we
 keep reading (so it never blocks on a full pipe) and count the bytes we could not pass on.
+
+Matching runs in its own thread behind a bounded queue, so a prover that prints faster
+than the rules match (~20k lines/s) is never slowed by us: the pumps keep passing bytes
+on, and lines the queue has no room for are counted (``proofscope.line.dropped``, the
+drop ledger), not matched.
 """
 
 from __future__ import annotations
 
 import os
+import queue
 import re
 import subprocess
 import threading
@@ -30,9 +36,15 @@ from typing import Any
 
 from opentelemetry import metrics, trace
 
+from otel_proofscope.ledger import DROPS
 from otel_proofscope.mapping.lines import LineEngine, LineRules
+from otel_proofscope.semconv import DropReason
 
 MAX_LINE_BYTES = 65536
+#: Lines waiting for the matcher; beyond this they are passed on but not matched.
+MAX_PENDING_LINES = 65536
+#: Drop-ledger names for lines that were never matched.
+DROP_SIGNAL, DROP_SINK = "log_lines", "line-rules"
 READ_SIZE = 65536
 _EOL = re.compile(rb"[\r\n]")
 
@@ -121,6 +133,66 @@ class LinePump:
             view = view[n:]
 
 
+class Matcher:
+    """The engine fed from a bounded queue, in its own thread."""
+
+    _STOP = object()
+
+    def __init__(self, engine: LineEngine, max_pending: int = MAX_PENDING_LINES) -> None:
+        self.engine = engine
+        self._queue: queue.Queue[Any] = queue.Queue(max_pending)
+        self._abandon = False
+        self._stopped = False
+        self._thread = threading.Thread(target=self._run, name="proofscope-line-rules",
+                                        daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def line(self, data: bytes, t: int) -> None:
+        self._put((data, t))
+
+    def overlong(self, why: str) -> None:
+        self._put((None, why))
+
+    def _put(self, item: tuple[bytes | None, Any]) -> None:
+        if self._stopped:  # a pipe still open after the run (a grandchild holds it)
+            self._drop(1, DropReason.SHUTDOWN)
+            return
+        try:
+            self._queue.put_nowait(item)
+        except queue.Full:
+            self._drop(1, DropReason.QUEUE_FULL)
+
+    def _drop(self, n: int, reason: DropReason) -> None:
+        for _ in range(n):
+            self.engine.dropped_line()
+        DROPS.record(DROP_SIGNAL, DROP_SINK, reason.value, n)
+
+    def stop(self, timeout: float) -> bool:
+        """Match what is queued (bounded); True when all of it was."""
+        self._stopped = True
+        if self._thread.ident is None:
+            return True  # never started: the prover did not start either
+        self._queue.put(self._STOP)  # the queue may be full: wait for room
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            self._abandon = True  # count the rest instead of matching it
+            self._thread.join(timeout)
+            return False
+        return True
+
+    def _run(self) -> None:
+        while (item := self._queue.get()) is not self._STOP:
+            data, arg = item
+            if self._abandon:
+                self._drop(1, DropReason.SHUTDOWN)
+            elif data is None:
+                self.engine.malformed_line(arg)
+            else:
+                self.engine.feed(data, arg)
+
+
 class MappedOutput:
     """Line rules applied to one child process: pipes, pumps and the engine."""
 
@@ -131,6 +203,7 @@ class MappedOutput:
         self.engine = LineEngine(rules, " ".join(argv), root, tracer_provider=tracer_provider,
                                  meter_provider=meter_provider, system=system, backend=backend)
         self._pumps: list[LinePump] = []
+        self._matcher = Matcher(self.engine)
 
     @staticmethod
     def popen_kwargs() -> dict[str, Any]:
@@ -138,13 +211,14 @@ class MappedOutput:
 
     def started(self, child: subprocess.Popen[bytes]) -> None:
         self.engine.begin(time.monotonic_ns())
+        self._matcher.start()
         for pipe, dst, name in ((child.stdout, 1, "stdout"), (child.stderr, 2, "stderr")):
             if pipe is None:
                 continue
             # The pump owns the descriptor from now on (it closes it at EOF).
             fd = os.dup(pipe.fileno())
             pipe.close()
-            pump = LinePump(fd, dst, self.engine.feed, self.engine.malformed_line, name)
+            pump = LinePump(fd, dst, self._matcher.line, self._matcher.overlong, name)
             self._pumps.append(pump)
             pump.start()
 
@@ -160,6 +234,9 @@ class MappedOutput:
             if pump.bytes_not_passed_on:
                 notes.append(f"{pump.name}: {pump.bytes_not_passed_on} bytes of the prover's "
                              "output could not be passed on (our output was closed)")
+        if not self._matcher.stop(drain_timeout_s):
+            notes.append("line rules: still matching after the prover exited; the rest of "
+                         "its lines were counted, not matched")
         self.engine.finish(time.monotonic_ns())
         stats = self.engine.stats
         label = self.engine.rules.label
