@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from otel_proofscope.mapping.lines import LineRules
 
 HELP = "run any prover process under a proof span, sampling GPUs"
 
@@ -120,7 +123,7 @@ def run(args: argparse.Namespace) -> int:
     return result.exit_code
 
 
-def _line_rules(args: argparse.Namespace, command: list[str]) -> Any:
+def _line_rules(args: argparse.Namespace, command: list[str]) -> LineRules | None:
     """The ``--map`` rules, or a preset detected from the command, or None."""
     from otel_proofscope.mapping.lines import detect_preset, load_line_rules
 
