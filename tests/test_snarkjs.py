@@ -260,6 +260,9 @@ def test_groth16_metrics_and_rerun_show_the_phases(groth16: Run) -> None:
               for label in row]
     assert sum(label.startswith("groth16.msm [") and "proved" in label for label in labels) == 5
     assert sum(label.startswith("groth16.fft [") and "proved" in label for label in labels) == 6
+    logs = [text for p in rec.paths() if p.startswith("/logs/gkr/")
+            for row in rec.values(p, "TextLog:text") for text in row]
+    assert sum("proved groth16.fft in" in t for t in logs) == 6
     bars = [p for p in rec.paths() if p.startswith("/proof/layer_seconds/")]
     assert bars
     last = rec.values(bars[0], "BarChart:values")[-1]
