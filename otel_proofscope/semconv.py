@@ -116,6 +116,9 @@ class Attr:
 
     # Provenance of values that are not what their name suggests (bridge input).
     PROOFSCOPE_NOTE = "proofscope.note"
+    #: How a span's times were taken when they are not in-process timings; see
+    #: :class:`Timing` for the values.
+    PROOFSCOPE_TIMING = "proofscope.timing"
 
     # Mapping rules (docs/mapping.md): a foreign span renamed onto the contract keeps
     # its own name here, and the rule file (preset name or path) that renamed it.
@@ -158,6 +161,77 @@ class StreamAttr:
 
 class StreamEvent:
     GPU_STATUS = "proofscope.stream.gpu_status"
+
+
+class Timing:
+    """Values of ``proofscope.timing``."""
+
+    #: The span's start/end are when the wrapper (``proofscope run --map``) read the
+    #: prover's output line from a pipe: the prover's own flushing bounds the resolution,
+    #: and lines that arrive in one read share one time.
+    LOG_ARRIVAL = "log_arrival"
+
+
+class LineAttr:
+    """Names the log-line rules of ``proofscope run --map`` add (mapping/lines.py)."""
+
+    TIMING = Attr.PROOFSCOPE_TIMING
+    MAPPING_SOURCE_NAME = Attr.MAPPING_SOURCE_NAME
+    MAPPING_RULES = Attr.MAPPING_RULES
+    #: A phase whose end line never came: ended when the prover exited.
+    UNTERMINATED = "proofscope.line.unterminated"
+    #: Progress of a chunked step, from lines like ``QAP AB: 512/1002``.
+    PROGRESS_CHUNK = "proofscope.line.chunk"
+    PROGRESS_CHUNKS = "proofscope.line.chunks"
+    #: On the ``proof`` root at exit: the output lines read, and how each was taken.
+    LINES = "proofscope.line.lines"
+    MATCHED = "proofscope.line.matched"
+    UNMATCHED = "proofscope.line.unmatched"
+    MALFORMED = "proofscope.line.malformed"
+    DROPPED = "proofscope.line.dropped"
+
+
+class CliProverAttr:
+    """Attributes of the shipped CLI-prover presets (snarkjs, circom)."""
+
+    GROTH16_POLY = "groth16.poly"
+    GROTH16_INVERSE = "groth16.inverse"
+    GROTH16_MSM_GROUP = "groth16.msm.group"
+    GROTH16_READ_SECTION = "groth16.read.section"
+    GROTH16_QAP_PART = "groth16.qap.part"
+    PLONK_ROUND = "plonk.round"
+    PLONK_POLY = "plonk.poly"
+    PLONK_INVERSE = "plonk.inverse"
+    PLONK_MSM_GROUP = "plonk.msm.group"
+    PLONK_STEP = "plonk.step"
+    CIRCOM_TEMPLATE_INSTANCES = "circom.template_instances"
+    CIRCOM_CONSTRAINTS_NONLINEAR = "circom.constraints.nonlinear"
+    CIRCOM_CONSTRAINTS_LINEAR = "circom.constraints.linear"
+    CIRCOM_INPUTS_PUBLIC = "circom.inputs.public"
+    CIRCOM_INPUTS_PRIVATE = "circom.inputs.private"
+    CIRCOM_OUTPUTS_PUBLIC = "circom.outputs.public"
+    CIRCOM_WIRES = "circom.wires"
+    CIRCOM_LABELS = "circom.labels"
+
+
+class CliProverSpanName:
+    """Phase names of the shipped CLI-prover presets (``proofscope.mapping.source_name``
+    where a phase is mapped onto ``proof.layer``)."""
+
+    GROTH16_READ = "groth16.read"
+    GROTH16_QAP = "groth16.qap"
+    GROTH16_FFT = "groth16.fft"
+    GROTH16_JOIN = "groth16.join"
+    GROTH16_MSM = "groth16.msm"
+    PLONK_READ = "plonk.read"
+    PLONK_ROUND = "plonk.round"
+    PLONK_STEP = "plonk.step"
+    PLONK_FFT = "plonk.fft"
+    PLONK_MSM = "plonk.msm"
+
+
+class CliProverEvent:
+    GROTH16_PROGRESS = "groth16.progress"
 
 
 class EzklAttr:
@@ -602,6 +676,11 @@ def render_markdown() -> str:
     for title, cls in (("proof-stream bridge attributes (`proofscope replay`, `run`)",
                         StreamAttr),
                        ("proof-stream bridge events", StreamEvent),
+                       ("log-line rules (`run --map`)", LineAttr),
+                       ("`proofscope.timing` values", Timing),
+                       ("CLI-prover preset attributes", CliProverAttr),
+                       ("CLI-prover preset phases", CliProverSpanName),
+                       ("CLI-prover preset events", CliProverEvent),
                        ("EZKL attributes", EzklAttr), ("EZKL span names", EzklSpanName),
                        ("`proofscope import` (Chrome trace events)", ImportAttr)):
         names = sorted({v for k, v in vars(cls).items()

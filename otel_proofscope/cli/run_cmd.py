@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from otel_proofscope.mapping.lines import LineRules
 
 HELP = "run any prover process under a proof span, sampling GPUs"
 
@@ -15,6 +18,10 @@ prover that extracts it joins the same trace, and PROOFSCOPE_STREAM: a path wher
 may write proof-stream JSON lines, which become live layer/sumcheck spans. GPUs are
 sampled (NVML) while it runs. The prover's exit code is proofscope's exit code;
 SIGINT, SIGTERM and SIGHUP are forwarded to it.
+
+With --map (or a preset detected from the command, e.g. snarkjs and circom2), the
+prover's stdout and stderr are read through pipes, passed on unchanged, and its log
+lines become phase spans under the proof (docs/provers.md).
 """
 
 EPILOG = """\
@@ -22,6 +29,7 @@ examples:
   proofscope run -- ./target/release/prove --model m.onnx
   proofscope run --system stwo-ml --stream fifo -- cargo run --release --bin prove
   proofscope run --stream-url 'ws://127.0.0.1:8080/ws?token=T' -- ./prove
+  proofscope run --map snarkjs -- npx snarkjs groth16 prove c.zkey w.wtns proof.json pub.json -v
 
 OTEL_* variables are passed to the child unchanged. Our own summary goes to stderr.
 """
@@ -53,6 +61,12 @@ def register(sub: Any) -> None:
                         "still running (default 30; 0 = never)")
     p.add_argument("--record-args", action="store_true",
                    help="record the full command line on the span (may contain secrets)")
+    p.add_argument("--map", metavar="PRESET|FILE", default=None,
+                   help="log-line rules for the prover's output: a shipped preset "
+                        "(snarkjs) or a TOML rule file; default: a preset whose [meta].detect "
+                        "matches the command, if any")
+    p.add_argument("--no-map", action="store_true",
+                   help="do not detect a preset: leave the prover's output untouched")
     p.add_argument("-q", "--quiet", action="store_true", help="no summary on stderr")
     p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD ARGS...",
                    help="the prover command")
@@ -71,11 +85,25 @@ def run(args: argparse.Namespace) -> int:
         print("proofscope run: no command given (proofscope run -- CMD ARGS...)",
               file=sys.stderr)
         return 2
-    cfg = RunConfig(argv=command, system=args.system, backend=args.backend,
+    try:
+        rules = _line_rules(args, command)
+    except (OSError, ValueError) as exc:
+        print(f"proofscope run: --map: {exc}", file=sys.stderr)
+        return 2
+    system, backend = args.system, args.backend
+    if rules is not None:  # explicit --system / --backend win over the preset
+        from otel_proofscope.semconv import Attr
+
+        root = rules.root_attributes(" ".join(command))
+        if system == "unknown":
+            system = str(root.get(Attr.PROOF_SYSTEM, system))
+        if backend == "unknown":
+            backend = str(root.get(Attr.PROOF_BACKEND, backend))
+    cfg = RunConfig(argv=command, system=system, backend=backend,
                     model_name=args.model_name, stream=args.stream,
                     stream_path=args.stream_path, stream_url=args.stream_url,
                     sample_gpus=args.gpu, kill_after_s=args.kill_after,
-                    record_args=args.record_args)
+                    record_args=args.record_args, line_rules=rules)
     # SIGTERM is forwarded to the prover, not turned into our own exit.
     telemetry, notes = start_telemetry(args, "proofscope-run", handle_sigterm=False)
     try:
@@ -93,3 +121,14 @@ def run(args: argparse.Namespace) -> int:
         lines += result.stream_lines + result.notes + notes + report.lines()
         print("\n".join(f"proofscope run: {line}" for line in lines), file=sys.stderr)
     return result.exit_code
+
+
+def _line_rules(args: argparse.Namespace, command: list[str]) -> LineRules | None:
+    """The ``--map`` rules, or a preset detected from the command, or None."""
+    from otel_proofscope.mapping.lines import detect_preset, load_line_rules
+
+    if args.map:
+        return load_line_rules(args.map)
+    if args.no_map:
+        return None
+    return detect_preset(" ".join(command))

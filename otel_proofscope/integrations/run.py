@@ -33,6 +33,7 @@ from opentelemetry.trace import Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from otel_proofscope.instrumentation import ProofHandle, ProofTracer
+from otel_proofscope.integrations.mapped_output import MappedOutput
 from otel_proofscope.integrations.proof_stream.bridge import StreamBridge
 from otel_proofscope.integrations.proof_stream.replay import replay
 from otel_proofscope.integrations.proof_stream.sources import (
@@ -41,6 +42,7 @@ from otel_proofscope.integrations.proof_stream.sources import (
     SourceError,
     WebSocketSource,
 )
+from otel_proofscope.mapping.lines import LineRules
 
 _log = logging.getLogger(__name__)
 
@@ -71,6 +73,9 @@ class RunConfig:
     #: Record the full command line (may hold secrets) instead of the executable only.
     record_args: bool = False
     extra_env: Mapping[str, str] = field(default_factory=dict)
+    #: Log-line rules (``--map``): the child's output is piped, passed on unchanged and
+    #: turned into phase spans (integrations/mapped_output.py).
+    line_rules: LineRules | None = None
 
 
 @dataclass
@@ -264,10 +269,14 @@ def _run_under(root: ProofHandle, cfg: RunConfig, base_env: Mapping[str, str],
     child_env = child_environment(base_env, cfg.extra_env, stream.path)
     sampler = _start_gpu_sampler(meter_provider, notes) if cfg.sample_gpus else None
     result = RunResult(exit_code=0, returncode=None)
+    mapped = None if cfg.line_rules is None else MappedOutput(
+        cfg.line_rules, argv, span, tracer_provider=tracer_provider,
+        meter_provider=meter_provider, system=cfg.system, backend=cfg.backend)
     stream.start()
     try:
         try:
-            child = subprocess.Popen(argv, env=child_env)
+            child = subprocess.Popen(argv, env=child_env,
+                                     **(mapped.popen_kwargs() if mapped else {}))
         except OSError as exc:
             # 127 / 126: the shell's codes for "not found" / "not executable".
             code = 127 if isinstance(exc, FileNotFoundError) else 126
@@ -278,6 +287,8 @@ def _run_under(root: ProofHandle, cfg: RunConfig, base_env: Mapping[str, str],
             notes.append(f"cannot start {argv[0]}: {exc.strerror}")
             return result
         span.set_attribute(proc_attr.PROCESS_PID, child.pid)
+        if mapped is not None:
+            mapped.started(child)
         returncode = _wait_forwarding_signals(child, cfg, result)
         result.returncode = returncode
         result.exit_code = exit_code_of(returncode)
@@ -292,6 +303,8 @@ def _run_under(root: ProofHandle, cfg: RunConfig, base_env: Mapping[str, str],
         if sampler is not None:
             sampler.stop()
         result.stream_lines = stream.finish()
+        if mapped is not None:
+            result.stream_lines += mapped.finish(DRAIN_TIMEOUT_S)
         result.notes = notes
 
 

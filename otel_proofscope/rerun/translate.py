@@ -515,7 +515,9 @@ class SpanTranslator:
         p = model.key
         pos = layout.node_position(index, kind, model.offset)
         radius = layout.node_radius(cost)
-        label = f"{kind} [{index}]"
+        # A mapped phase (groth16.msm from a CLI's log lines) is shown by its own name.
+        shown = _str(a, Attr.MAPPING_SOURCE_NAME) or kind
+        label = f"{shown} [{index}]"
         took = _ms(start, end, model.replayed)
         frame.point(NODES, start, Node(pos, layout.kind_rgba(kind), radius, f"{label} · {p}"),
                     layer=index, show_labels=False)
@@ -524,7 +526,7 @@ class SpanTranslator:
         logs = f"logs/gkr/{p}"
         hw = a.get(Attr.HW_ID)
         frame.text(logs, start, _text(
-            f"→ [{index}] {kind} ({a.get(Attr.LAYER_PROOF_KIND, '?')}, {total} rounds) "
+            f"→ [{index}] {shown} ({a.get(Attr.LAYER_PROOF_KIND, '?')}, {total} rounds) "
             f"claim={_short(_str(a, Attr.CLAIM_INITIAL))}" + (f" on GPU {hw}" if hw else "")),
             layer=index)
 
@@ -536,12 +538,12 @@ class SpanTranslator:
                                      f"{label} · {p} {'proved' if ok else 'FAILED'} in {took}"),
                     layer=index, show_labels=False)
         if ok:
-            frame.text(logs, end, _text(f"[{index}] proved {kind} in {took} ({done}/{total} "
+            frame.text(logs, end, _text(f"[{index}] proved {shown} in {took} ({done}/{total} "
                                         f"rounds) claim={_short(_str(a, Attr.CLAIM_FINAL))}"),
                        layer=index)
             self._trail(model, index, pos, end, acc)
         else:
-            frame.text(logs, end, _text(f"[{index}] {kind} FAILED after {took}: "
+            frame.text(logs, end, _text(f"[{index}] {shown} FAILED after {took}: "
                                         f"{span.status.description or 'error'}"), "ERROR",
                        layer=index)
         if witness:
