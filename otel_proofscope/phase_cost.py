@@ -7,9 +7,11 @@ of its span (see ``semconv.GPU_COST_ATTRIBUTES``) and are added to the parent fr
 a span's figures include its children's and the ``proof`` span carries the totals.
 Only measured values are attached: ``gpu.kernel.time`` only from device timestamps,
 ``gpu.busy.ratio`` only where kernel time was measured, ``gpu.energy`` only from an
-energy meter (NVML counter deltas or integrated power samples). A phase that ran GPU
-work without an energy meter gets a ``gpu.capability.unsupported`` event
-(``gpu.capability=energy``) with the reason instead of a zero.
+energy meter (NVML counter deltas or integrated power samples), never a 0 in its place:
+where the meter cannot read a phase that ran GPU work, that span gets a
+``gpu.capability.unsupported`` event (``gpu.capability=energy``) with the reason; where
+no meter exists the backend's once-per-runtime evidence already carries that event
+(wgpu, NVML devices without counter or power) and the proof's result names the gap.
 
 Hot path (one dispatch): one context-variable read, one dict lookup by thread id and
 five attribute additions — no lock. Each thread that dispatches under a frame writes
@@ -291,7 +293,10 @@ class Recorder:
             attrs = result.attributes()
             if attrs:
                 span.set_attributes(attrs)
-            if result.energy_gap is not None:
+            # Without a meter the runtime's once-only evidence already says why there is
+            # no energy (wgpu: "exposes no energy telemetry"; NVML: the device's energy and
+            # power gaps); a meter that could not read this phase says so on the phase.
+            if result.energy_gap is not None and result.energy_gap is not NO_METER:
                 g = result.energy_gap
                 span.add_event(EventName.GPU_CAPABILITY_UNSUPPORTED, {
                     Attr.GPU_BACKEND: g.backend or result.backend,
