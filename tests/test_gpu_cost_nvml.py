@@ -150,13 +150,13 @@ def test_energy_falls_back_to_integrated_power_samples(env: Env) -> None:
     meter = _meter(FakeNvml([gpu]), clock)
     assert meter.sources == {UUID: "sampled"}
     phase_cost.set_energy_meter(meter)
-    with env.tracer.proof(system="gkr", backend="cuda"):
-        with env.tracer.layer(index=0, kind="MatMul"):
-            env.dispatch()
-            clock.t += 1.0
-            meter.add_power_sample(UUID, 400.0)  # the sampler thread's reading
-            gpu.power_mw = 300_000
-            clock.t += 2.0
+    with (env.tracer.proof(system="gkr", backend="cuda"),
+          env.tracer.layer(index=0, kind="MatMul")):
+        env.dispatch()
+        clock.t += 1.0
+        meter.add_power_sample(UUID, 400.0)  # the sampler thread's reading
+        gpu.power_mw = 300_000
+        clock.t += 2.0
     layer = env.one(SpanName.LAYER)
     # Trapezoids: 200 W → 400 W over 1 s, then 400 W → 300 W over 2 s = 300 + 700 J.
     assert layer[Attr.GPU_ENERGY] == pytest.approx(1000.0)
@@ -194,11 +194,11 @@ def test_no_counter_and_no_power_is_a_gap_never_zero(env: Env) -> None:
 def test_gpu_lost_mid_proof_is_a_driver_error_gap(env: Env) -> None:
     gpu = FakeGpu()
     phase_cost.set_energy_meter(_meter(FakeNvml([gpu])))
-    with env.tracer.proof(system="gkr", backend="cuda"):
-        with env.tracer.layer(index=0, kind="MatMul"):
-            env.dispatch()
-            gpu.lost = True
-    layer = [s for s in env.finished() if s.name == SpanName.LAYER][0]
+    with (env.tracer.proof(system="gkr", backend="cuda"),
+          env.tracer.layer(index=0, kind="MatMul")):
+        env.dispatch()
+        gpu.lost = True
+    layer = next(s for s in env.finished() if s.name == SpanName.LAYER)
     assert Attr.GPU_ENERGY not in (layer.attributes or {})
     (g,) = [dict(e.attributes or {}) for e in layer.events
             if e.name == EventName.GPU_CAPABILITY_UNSUPPORTED]
