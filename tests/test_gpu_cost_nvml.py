@@ -411,3 +411,18 @@ def test_mig_disabled_or_unsupported_lists_no_instances() -> None:
     with pytest.raises(pynvml.NVMLError_NotSupported):
         nvml.nvmlDeviceGetMigMode(h)
     backend.close()
+
+
+def test_a_phase_between_counter_ticks_is_a_gap_not_zero(env: Env) -> None:
+    gpu = FakeGpu()
+    phase_cost.set_energy_meter(_meter(FakeNvml([gpu])))
+    with env.tracer.proof(system="gkr", backend="cuda"):
+        with env.tracer.layer(index=0, kind="MatMul"):
+            env.dispatch()  # the counter does not move: no tick inside this phase
+        gpu.energy_mj += 700
+    layer = next(s for s in env.finished() if s.name == SpanName.LAYER)
+    assert Attr.GPU_ENERGY not in (layer.attributes or {})
+    (g,) = [dict(e.attributes or {}) for e in layer.events
+            if e.name == EventName.GPU_CAPABILITY_UNSUPPORTED]
+    assert g[Attr.GPU_CAPABILITY_REASON] == "unavailable"
+    assert env.one(SpanName.PROOF)[Attr.GPU_ENERGY] == pytest.approx(0.7)

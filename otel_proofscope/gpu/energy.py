@@ -17,6 +17,11 @@ Energy is device-wide: NVML counts every process on the device, so the attribute
 ``gpu.scope=device`` and names the devices (``gpu.energy.hw_ids``). MIG instances have
 no energy counter of their own; the physical device's is used (and named).
 
+The counter ticks every few tens of milliseconds, so a phase shorter than that may see
+no tick at all: it then gets a gap (reason ``unavailable``), not a 0, and the figures
+of short phases are quantized to the ticks that fell inside them (their parent's, and
+the proof's, are not affected).
+
 Cost: one NVML call per device per phase boundary (a few µs on a real driver).
 """
 
@@ -138,6 +143,14 @@ class NvmlEnergyMeter:
             if s1 < s0:  # counter reset (driver reload): not a measurement
                 gap = gap or EnergyGap(GapReason.DRIVER_ERROR,
                                        "NVML energy counter went backwards (driver reload?)",
+                                       ident.hw_id, ident.backend)
+                continue
+            if s1 == s0 and w.source is EnergySource.COUNTER:
+                # A powered GPU never draws 0 W: the counter did not tick during this
+                # phase (it updates every few tens of ms), which is not a measurement.
+                gap = gap or EnergyGap(GapReason.UNAVAILABLE,
+                                       "phase shorter than the NVML energy counter's update "
+                                       "period (no tick between its boundaries)",
                                        ident.hw_id, ident.backend)
                 continue
             total += s1 - s0
