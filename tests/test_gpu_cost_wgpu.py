@@ -103,10 +103,11 @@ def test_every_gpu_span_carries_measured_kernel_time_and_busy_ratio(run: Run) ->
         assert a[Attr.GPU_UPLOAD_SIZE] > 0 and a[Attr.GPU_READBACK_SIZE] > 0
         assert s.start_time is not None and s.end_time is not None
         span_s = (s.end_time - s.start_time) / 1e9
-        # ratio = kernel / duration, the duration measured just before the span ended.
+        # ratio = kernel / duration, the duration measured inside the span (just after it
+        # started, just before it ended): at most the span's, and close to it.
         assert 0 < a[Attr.GPU_BUSY_RATIO] <= 1.0
-        assert a[Attr.GPU_KERNEL_TIME] / a[Attr.GPU_BUSY_RATIO] == pytest.approx(
-            span_s, rel=0.05, abs=2e-3)
+        phase_s = a[Attr.GPU_KERNEL_TIME] / a[Attr.GPU_BUSY_RATIO]
+        assert span_s - max(0.05 * span_s, 0.02) <= phase_s <= span_s + 1e-6
         assert Attr.GPU_ENERGY not in a  # wgpu has none, and never a 0 in its place
 
 
