@@ -32,7 +32,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from otel_proofscope.gpu import evidence
 from otel_proofscope.gpu.backend import DeviceIdentity
 from otel_proofscope.gpu.dispatch import GpuRuntime
-from otel_proofscope.gpu.evidence import ClaimSet
+from otel_proofscope.gpu.evidence import EvidenceDedup
 from otel_proofscope.gpu.nvml import NvmlBackend
 from otel_proofscope.gpu.sampler import Sampler
 
@@ -48,7 +48,7 @@ def sampler_cost(devices: int, seconds: float, real: bool) -> tuple[float, float
 
         backend = NvmlBackend.open(FakeNvml([FakeGpu(uuid=f"GPU-{i}") for i in range(devices)]))
     mp = MeterProvider(metric_readers=[InMemoryMetricReader()])
-    sampler = Sampler(backend.devices(), meter_provider=mp, interval_s=0.1, claims=ClaimSet(),
+    sampler = Sampler(backend.devices(), meter_provider=mp, interval_s=0.1, claims=EvidenceDedup(),
                       on_close=backend.close)
     per_sample = []
     for _ in range(200):
@@ -71,7 +71,7 @@ def dispatch_cost(n: int = 20_000) -> tuple[float, float, float]:
     evidence.reset_dispatch_state()
     mp = MeterProvider(metric_readers=[InMemoryMetricReader()])
     rt = GpuRuntime(DeviceIdentity("vulkan", "bench", "bench", "x", "1"), meter_provider=mp,
-                    claims=ClaimSet())
+                    claims=EvidenceDedup())
     with rt.dispatch():  # first dispatch emits evidence; not part of the steady state
         pass
 
@@ -134,7 +134,7 @@ def attribution_cost(n: int = 20_000) -> dict[str, list[float]]:
     evidence.reset_dispatch_state()
     mp = MeterProvider(metric_readers=[InMemoryMetricReader()])
     rt = GpuRuntime(DeviceIdentity("vulkan", "bench", "bench", "x", "1"), meter_provider=mp,
-                    claims=ClaimSet())
+                    claims=EvidenceDedup())
     with rt.dispatch():
         pass
     rec = phase_cost.Recorder(mp.get_meter("bench"))
@@ -208,7 +208,7 @@ def real_matmul_ms() -> tuple[str, float] | None:
 
         from otel_proofscope.demo.gpu_kernels import P, WgpuMatmul
 
-        mm = WgpuMatmul(meter_provider=MeterProvider(), claims=ClaimSet())
+        mm = WgpuMatmul(meter_provider=MeterProvider(), claims=EvidenceDedup())
     except Exception:
         return None
     rng = np.random.default_rng(0)

@@ -34,7 +34,7 @@ from otel_proofscope.gpu import start_sampler
 from otel_proofscope.gpu.backend import DeviceIdentity
 from otel_proofscope.gpu.dispatch import GpuRuntime
 from otel_proofscope.gpu.energy import NvmlEnergyMeter
-from otel_proofscope.gpu.evidence import ClaimSet
+from otel_proofscope.gpu.evidence import EvidenceDedup
 from otel_proofscope.gpu.nvml import NvmlBackend
 from otel_proofscope.gpu.processes import ProcessWatch, parent_pid
 from otel_proofscope.gpu.sampler import Sampler
@@ -56,7 +56,7 @@ class Env:
         self.mp = MeterProvider(metric_readers=[self.reader])
         self.tracer = ProofTracer(tp, self.mp)
         self.runtime = GpuRuntime(DeviceIdentity("cuda", UUID, "H100", "NVIDIA", "550"),
-                                  meter_provider=self.mp, claims=ClaimSet(),
+                                  meter_provider=self.mp, claims=EvidenceDedup(),
                                   report_status=False)
 
     def dispatch(self, kernel_s: float = 0.001, up: int = 100, down: int = 10) -> None:
@@ -208,7 +208,7 @@ def test_gpu_lost_mid_proof_is_a_driver_error_gap(env: Env) -> None:
 def test_start_sampler_installs_and_removes_the_energy_meter() -> None:
     reader = InMemoryMetricReader()
     sampler = start_sampler(MeterProvider(metric_readers=[reader]), interval_s=60,
-                            nvml=FakeNvml([FakeGpu()]), claims=ClaimSet())
+                            nvml=FakeNvml([FakeGpu()]), claims=EvidenceDedup())
     assert sampler is not None
     assert isinstance(phase_cost.energy_meter(), NvmlEnergyMeter)
     sampler.stop()
@@ -286,7 +286,7 @@ def test_per_process_usage_is_filtered_to_the_prover(
     reader = InMemoryMetricReader()
     backend = NvmlBackend.open(FakeNvml([gpu]))
     sampler = Sampler(backend.devices(), meter_provider=MeterProvider(metric_readers=[reader]),
-                      claims=ClaimSet(), on_close=backend.close, watch=ProcessWatch())
+                      claims=EvidenceDedup(), on_close=backend.close, watch=ProcessWatch())
     try:
         (s,) = sampler.sample_now().values()
         procs = {p.pid: p for p in s.processes}
@@ -321,7 +321,7 @@ def test_process_query_errors_are_gaps(code: int, reason: str) -> None:
                   errors={"nvmlDeviceGetComputeRunningProcesses": code,
                           "nvmlDeviceGetProcessUtilization": code})
     backend = NvmlBackend.open(FakeNvml([gpu]))
-    sampler = Sampler(backend.devices(), claims=ClaimSet(), on_close=backend.close,
+    sampler = Sampler(backend.devices(), claims=EvidenceDedup(), on_close=backend.close,
                       watch=ProcessWatch())
     try:
         (s,) = sampler.sample_now().values()
@@ -381,7 +381,7 @@ def test_mig_devices_reach_the_metrics_with_hw_parent() -> None:
     reader = InMemoryMetricReader()
     backend = NvmlBackend.open(_mig_machine())
     sampler = Sampler(backend.devices(), meter_provider=MeterProvider(metric_readers=[reader]),
-                      claims=ClaimSet(), on_close=backend.close)
+                      claims=EvidenceDedup(), on_close=backend.close)
     try:
         sampler.sample_now()
         mem = metric_points(reader)[Metric.HW_GPU_MEMORY_USAGE.name]

@@ -25,7 +25,7 @@ wgpu = pytest.importorskip("wgpu")
 from otel_proofscope.demo.circuit import build_network  # noqa: E402
 from otel_proofscope.demo.gpu_kernels import WgpuMatmul  # noqa: E402
 from otel_proofscope.demo.prover import ProveResult, prove  # noqa: E402
-from otel_proofscope.gpu.evidence import ClaimSet  # noqa: E402
+from otel_proofscope.gpu.evidence import EvidenceDedup  # noqa: E402
 from otel_proofscope.gpu.wgpu_backend import WgpuDevice  # noqa: E402
 from otel_proofscope.instrumentation import ProofTracer  # noqa: E402
 from otel_proofscope.semconv import Attr, EventName, Metric, SpanName  # noqa: E402
@@ -49,7 +49,7 @@ class Run:
         tp.add_span_processor(SimpleSpanProcessor(self.spans))
         self.reader = InMemoryMetricReader()
         mp = MeterProvider(metric_readers=[self.reader])
-        device = WgpuDevice(adapter, meter_provider=mp, claims=ClaimSet(),
+        device = WgpuDevice(adapter, meter_provider=mp, claims=EvidenceDedup(),
                             timestamps=timestamps)
         self.matmul = WgpuMatmul(device, meter_provider=mp)
         self.result: ProveResult = prove(build_network(4, 16, None, 0),

@@ -32,7 +32,6 @@ from opentelemetry.trace import Span
 from opentelemetry.util.types import AttributeValue
 
 from otel_proofscope.gpu import evidence as ev
-from otel_proofscope.gpu._instruments import instruments_for
 from otel_proofscope.gpu.backend import (
     BackendUnavailable,
     DeviceIdentity,
@@ -41,7 +40,8 @@ from otel_proofscope.gpu.backend import (
     Gap,
     HwState,
 )
-from otel_proofscope.gpu.evidence import ClaimSet, Evidence
+from otel_proofscope.gpu.evidence import Evidence, EvidenceDedup
+from otel_proofscope.gpu.instruments import instruments_for
 from otel_proofscope.gpu.processes import ProcessWatch
 from otel_proofscope.semconv import Attr, GpuScope, Metric, MetricDef
 
@@ -82,7 +82,7 @@ class Sampler:
 
     def __init__(self, sources: Sequence[DeviceSource], *,
                  meter_provider: metrics.MeterProvider | None = None,
-                 interval_s: float = 1.0, claims: ClaimSet | None = None,
+                 interval_s: float = 1.0, claims: EvidenceDedup | None = None,
                  evidence: EvidenceMode = "first_dispatch",
                  on_close: Callable[[], None] | None = None,
                  watch: ProcessWatch | None = None, energy: Any = None) -> None:
@@ -209,7 +209,7 @@ class Sampler:
             _log.warning("GPU fault on %s (%s, %s): %s; its sampling stops, other devices "
                          "continue", ident.hw_id, ident.name, ident.backend, s.fault)
         for gap in s.gaps.values():
-            if self._evidence.claims.claim((runtime_id, ident.backend, gap.capability.value)):
+            if self._evidence.claims.first((runtime_id, ident.backend, gap.capability.value)):
                 self._emit_gap(ident, gap)
 
     def _emit_gap(self, ident: DeviceIdentity, gap: Gap) -> None:
@@ -261,7 +261,7 @@ class Sampler:
 def start_sampler(meter_provider: metrics.MeterProvider | None = None,
                   interval_s: float = 1.0, *, nvml: Any = None,
                   evidence: EvidenceMode = "first_dispatch",
-                  claims: ClaimSet | None = None, watch: ProcessWatch | None = None,
+                  claims: EvidenceDedup | None = None, watch: ProcessWatch | None = None,
                   energy_per_phase: bool = True) -> Sampler | None:
     """Start sampling every NVIDIA device NVML sees; None when there is none.
 

@@ -45,14 +45,13 @@ from otel_proofscope.instrumentation import (
 from otel_proofscope.integrations.proof_stream import schema as s
 from otel_proofscope.integrations.proof_stream.decoder import decode_line
 from otel_proofscope.integrations.proof_stream.stats import MAX_KEPT_ERRORS, SIGNAL, StreamStats
-from otel_proofscope.pipeline.drops import DROPS
+from otel_proofscope.ledger import DROPS
 from otel_proofscope.semconv import (
     METER_NAME,
     Attr,
     DropReason,
     EventName,
     Metric,
-    MetricDef,
     StreamAttr,
     StreamEvent,
 )
@@ -145,8 +144,8 @@ class StreamBridge:
                  live: bool = False) -> None:
         self.tracer = ProofTracer(tracer_provider, NoOpMeterProvider())
         meter = metrics.get_meter(METER_NAME, __version__, meter_provider)
-        self._proof_duration = _histogram(meter, Metric.PROOF_DURATION)
-        self._layer_duration = _histogram(meter, Metric.PROOF_LAYER_DURATION)
+        self._proof_duration = Metric.PROOF_DURATION.histogram(meter)
+        self._layer_duration = Metric.PROOF_LAYER_DURATION.histogram(meter)
         d = Metric.PROOF_SUMCHECK_ROUND_COUNT
         self._round_count = meter.create_counter(d.name, d.unit, d.description)
         self.system = system
@@ -558,10 +557,3 @@ class StreamBridge:
 def _nan(value: float | None) -> float:
     # None is serde_json's encoding of NaN; the tracer rejects it as non-finite.
     return float("nan") if value is None else value
-
-
-def _histogram(meter: metrics.Meter, d: MetricDef) -> metrics.Histogram:
-    # Same definition as ProofTracer's, so the SDK hands back the same instrument.
-    return meter.create_histogram(
-        d.name, unit=d.unit, description=d.description,
-        explicit_bucket_boundaries_advisory=list(d.buckets) if d.buckets else None)

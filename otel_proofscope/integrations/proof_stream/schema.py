@@ -10,8 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from otel_proofscope.fields import M31
+
 #: The M31 prime 2^31 − 1; a QM31 element is four M31 limbs.
-M31_P = (1 << 31) - 1
+M31_P = M31
 
 Shape = tuple[int, ...]
 
