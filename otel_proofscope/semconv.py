@@ -390,7 +390,9 @@ class EventDef:
 
 
 
-_HW = (Attr.HW_ID, Attr.HW_TYPE, Attr.HW_NAME, Attr.HW_VENDOR, Attr.HW_DRIVER_VERSION)
+# hw.parent only on MIG instances (their physical GPU's hw.id).
+_HW = (Attr.HW_ID, Attr.HW_TYPE, Attr.HW_NAME, Attr.HW_VENDOR, Attr.HW_DRIVER_VERSION,
+       Attr.HW_PARENT)
 _DISPATCH = (Attr.GPU_BACKEND, Attr.HW_ID)
 _K = InstrumentKind
 
@@ -400,9 +402,10 @@ class Metric:
 
     # device (OTel hardware semconv; observable, sampled off the hot path)
     HW_GPU_UTILIZATION = MetricDef("hw.gpu.utilization", _K.OBSERVABLE_GAUGE, "1",
-                                   "Fraction of time the GPU was busy", _HW)
+                                   "Fraction of time a kernel was running on the GPU (device-wide: "
+                                   "every process; not SM occupancy)", _HW)
     HW_GPU_MEMORY_USAGE = MetricDef("hw.gpu.memory.usage", _K.OBSERVABLE_UP_DOWN_COUNTER, "By",
-                                    "GPU memory in use", _HW)
+                                    "GPU memory in use (device-wide: every process)", _HW)
     HW_GPU_MEMORY_LIMIT = MetricDef("hw.gpu.memory.limit", _K.OBSERVABLE_UP_DOWN_COUNTER, "By",
                                     "GPU memory size", _HW)
     HW_GPU_MEMORY_UTILIZATION = MetricDef("hw.gpu.memory.utilization", _K.OBSERVABLE_GAUGE, "1",
@@ -415,9 +418,10 @@ class Metric:
     HW_STATUS = MetricDef("hw.status", _K.OBSERVABLE_UP_DOWN_COUNTER, "1",
                           "1 for the device's current state (hw.state), 0 otherwise",
                           (*_HW, Attr.HW_STATE))
-    HW_POWER = MetricDef("hw.power", _K.OBSERVABLE_GAUGE, "W", "Instantaneous power draw", _HW)
+    HW_POWER = MetricDef("hw.power", _K.OBSERVABLE_GAUGE, "W",
+                         "Instantaneous power draw (device-wide)", _HW)
     HW_ENERGY = MetricDef("hw.energy", _K.OBSERVABLE_COUNTER, "J",
-                          "Energy consumed since driver load", _HW)
+                          "Energy consumed since driver load (device-wide)", _HW)
     HW_GPU_TEMPERATURE = MetricDef("hw.gpu.temperature", _K.OBSERVABLE_GAUGE, "Cel",
                                    "GPU die temperature (extension)", _HW)
     HW_GPU_CLOCK_SM = MetricDef("hw.gpu.clock.sm", _K.OBSERVABLE_GAUGE, "Hz",

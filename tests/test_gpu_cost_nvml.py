@@ -426,3 +426,13 @@ def test_a_phase_between_counter_ticks_is_a_gap_not_zero(env: Env) -> None:
             if e.name == EventName.GPU_CAPABILITY_UNSUPPORTED]
     assert g[Attr.GPU_CAPABILITY_REASON] == "unavailable"
     assert env.one(SpanName.PROOF)[Attr.GPU_ENERGY] == pytest.approx(0.7)
+
+
+def test_census_lists_mig_instances_with_their_parent() -> None:
+    from otel_proofscope.gpu.census import census_dict, render_table, take_census
+
+    census = take_census(nvml=_mig_machine(), include_wgpu=False)
+    (nvml_backend,) = census_dict(census)["backends"]
+    parents = {d["hw_id"]: d["parent_hw_id"] for d in nvml_backend["devices"]}
+    assert parents[MIG0] == UUID and parents[MIG2] == UUID and parents[UUID] is None
+    assert f"MIG instance of {UUID}" in render_table(census)

@@ -78,7 +78,7 @@ _BANDWIDTH_DURATIONS = {d: prefix for prefix, d in _BANDWIDTH.values()}
 
 #: Attributes that identify the device rather than the series.
 _IDENTITY = frozenset({Attr.HW_ID, Attr.HW_TYPE, Attr.HW_NAME, Attr.HW_VENDOR,
-                       Attr.HW_DRIVER_VERSION, Attr.GPU_BACKEND})
+                       Attr.HW_DRIVER_VERSION, Attr.HW_PARENT, Attr.GPU_BACKEND})
 
 #: Series whose previous point is remembered (for deltas); beyond this, counted.
 MAX_SERIES = 4096
