@@ -116,5 +116,6 @@ def test_wgpu_demo_shows_gpu_cost_per_phase(gpu: Any, tmp_path: Path) -> None:
     kernel_ms = [v[0] for v in rec.values(f"gpu/phase/kernel_ms/{p}", "Scalars:scalars")]
     assert sorted(kernel_ms) == pytest.approx(
         sorted(s.attributes[Attr.GPU_KERNEL_TIME] * 1e3 for s in phases))
+    assert rec.static(f"gpu/phase/kernel_ms/{p}"), "the series is named and drawn as points"
     up = [v[0] for v in rec.values(f"gpu/phase/bytes/{p}/upload", "Scalars:scalars")]
     assert sum(up) == proof.attributes[Attr.GPU_UPLOAD_SIZE]

@@ -425,6 +425,16 @@ class SpanTranslator:
             layer = _int(a, Attr.LAYER_INDEX)
             if layer is not None and layer > MAX_LAYER_INDEX:
                 layer = None
+        if not model.gpu_styled and (Attr.GPU_DISPATCH_COUNT in a or Attr.GPU_ENERGY in a):
+            # Points, not lines: consecutive phases are different work, not one signal.
+            model.gpu_styled = True
+            for path, name in ((f"gpu/phase/kernel_ms/{p}", f"GPU kernel ms per phase {p}"),
+                               (f"gpu/phase/energy_j/{p}", f"GPU energy J per phase {p} "
+                                "(device-wide)"),
+                               (f"gpu/phase/bytes/{p}/upload", f"bytes uploaded per phase {p}"),
+                               (f"gpu/phase/bytes/{p}/readback",
+                                f"bytes read back per phase {p}")):
+                frame.static(path, rr.SeriesPoints(names=[name]))
         kernel_s = _num(a, Attr.GPU_KERNEL_TIME)
         if kernel_s is not None and kernel_s >= 0:
             frame.scalar(f"gpu/phase/kernel_ms/{p}", end, kernel_s * 1e3)
