@@ -69,6 +69,8 @@ class FakeGpu:
     lost: bool = False
     #: (pid, used bytes or None for NVML_VALUE_NOT_AVAILABLE) of running compute processes
     processes: list[tuple[int, int | None]] = field(default_factory=list)
+    #: the same for graphics processes (Vulkan, e.g. wgpu, may be listed here)
+    graphics_processes: list[tuple[int, int | None]] = field(default_factory=list)
     #: (pid, timeStamp µs, smUtil %, memUtil %) utilization samples NVML has buffered
     process_samples: list[tuple[int, int, int, int]] = field(default_factory=list)
     #: current MIG mode (NVML_DEVICE_MIG_ENABLE/DISABLE); None: the GPU has no MIG
@@ -252,17 +254,11 @@ class FakeNvml:
 
     def nvmlDeviceGetComputeRunningProcesses(self, handle: FakeHandle) -> list[Any]:
         gpu = self._gpu(handle, "nvmlDeviceGetComputeRunningProcesses")
-        out = []
-        for pid, used in gpu.processes:
-            info = _real.c_nvmlProcessInfo_v3_t()
-            info.pid = pid
-            info.usedGpuMemory = (_real.NVML_VALUE_NOT_AVAILABLE_ulonglong.value
-                                  if used is None else used)
-            obj = _real.nvmlStructToFriendlyObject(info)
-            if obj.usedGpuMemory == _real.NVML_VALUE_NOT_AVAILABLE_ulonglong.value:
-                obj.usedGpuMemory = None  # what the real wrapper does
-            out.append(obj)
-        return out
+        return _process_infos(gpu.processes)
+
+    def nvmlDeviceGetGraphicsRunningProcesses(self, handle: FakeHandle) -> list[Any]:
+        gpu = self._gpu(handle, "nvmlDeviceGetGraphicsRunningProcesses")
+        return _process_infos(gpu.graphics_processes)
 
     def nvmlDeviceGetProcessUtilization(self, handle: FakeHandle, timeStamp: int) -> list[Any]:
         gpu = self._gpu(handle, "nvmlDeviceGetProcessUtilization")
@@ -305,6 +301,22 @@ class FakeNvml:
         if migDevice.mig is None:
             raise _real.NVMLError(_real.NVML_ERROR_INVALID_ARGUMENT)
         return FakeHandle(migDevice.index)
+
+
+def _process_infos(entries: list[tuple[int, int | None]]) -> list[Any]:
+    """What the real wrapper returns: friendly objects from ``c_nvmlProcessInfo_v3_t``,
+    ``usedGpuMemory`` None where NVML says the value is not available."""
+    out = []
+    for pid, used in entries:
+        info = _real.c_nvmlProcessInfo_v3_t()
+        info.pid = pid
+        info.usedGpuMemory = (_real.NVML_VALUE_NOT_AVAILABLE_ulonglong.value
+                              if used is None else used)
+        obj = _real.nvmlStructToFriendlyObject(info)
+        if obj.usedGpuMemory == _real.NVML_VALUE_NOT_AVAILABLE_ulonglong.value:
+            obj.usedGpuMemory = None
+        out.append(obj)
+    return out
 
 
 #: The pynvml functions this stand-in implements (checked against the real module).

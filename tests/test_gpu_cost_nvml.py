@@ -436,3 +436,19 @@ def test_census_lists_mig_instances_with_their_parent() -> None:
     parents = {d["hw_id"]: d["parent_hw_id"] for d in nvml_backend["devices"]}
     assert parents[MIG0] == UUID and parents[MIG2] == UUID and parents[UUID] is None
     assert f"MIG instance of {UUID}" in render_table(census)
+
+
+def test_a_prover_listed_as_a_graphics_process_is_found(
+        child: subprocess.Popen[bytes]) -> None:
+    """NVIDIA may list a Vulkan (wgpu) process as graphics, not compute."""
+    gpu = FakeGpu(processes=[(os.getpid(), GIB)],
+                  graphics_processes=[(os.getpid(), GIB), (child.pid, 2 * GIB), (1, GIB)])
+    backend = NvmlBackend.open(FakeNvml([gpu]))
+    (dev,) = backend.devices()
+    procs, gaps = dev.sample_processes(ProcessWatch())
+    assert [(p.pid, p.memory_used) for p in procs] == sorted(
+        [(os.getpid(), GIB), (child.pid, 2 * GIB)])
+    gpu.errors["nvmlDeviceGetGraphicsRunningProcesses"] = pynvml.NVML_ERROR_NOT_SUPPORTED
+    procs, gaps = dev.sample_processes(ProcessWatch())
+    assert [p.pid for p in procs] == [os.getpid()] and GpuCapability.PROCESS_MEMORY not in gaps
+    backend.close()

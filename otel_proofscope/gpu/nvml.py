@@ -271,8 +271,10 @@ class NvmlDevice:
                          ) -> tuple[tuple[ProcessUsage, ...], dict[GpuCapability, Gap]]:
         """The watched processes' memory and SM utilization on this device.
 
-        Memory from ``nvmlDeviceGetComputeRunningProcesses`` (``usedGpuMemory`` is None
-        where the driver cannot tell, e.g. Windows WDDM); utilization from
+        Memory from ``nvmlDeviceGetComputeRunningProcesses`` and
+        ``nvmlDeviceGetGraphicsRunningProcesses`` (a Vulkan / wgpu prover may be listed as
+        a graphics process; ``usedGpuMemory`` is None where the driver cannot tell, e.g.
+        Windows WDDM); utilization from
         ``nvmlDeviceGetProcessUtilization`` since the last call, averaged per process
         (NotFound there means no sample in the interval: no value, not a zero).
         A failed query is a gap (e.g. NoPermission in a restricted container).
@@ -280,10 +282,9 @@ class NvmlDevice:
         if self._lost:
             return (), {}
         r = _Reader(self.nvml)
-        nvml, h = self.nvml, self.handle
+        h = self.handle
         try:
-            procs = r.read(GpuCapability.PROCESS_MEMORY,
-                           lambda: nvml.nvmlDeviceGetComputeRunningProcesses(h))
+            procs = r.read(GpuCapability.PROCESS_MEMORY, lambda: self._running_processes(h))
             samples = self._process_samples(r)
         except _Lost:
             self._lost = True
@@ -301,6 +302,20 @@ class NvmlDevice:
             (sum(util[pid]) / len(util[pid]) / 100.0) if util.get(pid) else None)
             for pid in sorted(mine))
         return out, dict(r.gaps)
+
+    def _running_processes(self, h: Any) -> list[Any]:
+        """Compute and graphics processes, one entry per pid (a process using both is
+        listed twice by NVML, with the same memory figure)."""
+        nvml = self.nvml
+        procs = list(nvml.nvmlDeviceGetComputeRunningProcesses(h))
+        try:
+            graphics = list(nvml.nvmlDeviceGetGraphicsRunningProcesses(h))
+        except nvml.NVMLError as exc:
+            if exc.value == nvml.NVML_ERROR_GPU_IS_LOST:
+                raise
+            graphics = []  # compute alone still answers the question
+        seen = {int(p.pid) for p in procs}
+        return procs + [p for p in graphics if int(p.pid) not in seen]
 
     def _process_samples(self, r: _Reader) -> list[Any] | None:
         nvml = self.nvml
