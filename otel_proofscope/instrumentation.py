@@ -498,7 +498,7 @@ class ProofTracer:
         layer.span.add_event(EventName.ATTENTION_HEATMAP, attrs)
 
 
-#: Largest attention matrix side we accept (the seed's 64×64 cap).
+#: Largest attention matrix side we accept (stwo-ml's proof stream caps heatmaps at 64×64).
 MAX_ATTENTION_SIDE = 64
 
 

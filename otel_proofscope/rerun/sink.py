@@ -100,7 +100,7 @@ def parse_target(text: str | None) -> Target:
             raise ValueError("rerun target 'file:' needs a path, e.g. file:proofscope.rrd")
         return Target("file", path=path)
     url = text
-    if "://" not in url:  # bare host:port, as the proof-stream seed accepts
+    if "://" not in url:  # bare host:port, as stwo-ml's Rerun sink accepts
         url = f"rerun+http://{url}/proxy"
     parsed = urlparse(url)
     if not parsed.scheme.startswith("rerun") or not parsed.hostname:
@@ -463,7 +463,7 @@ class RerunSink:
     def _recording(self) -> rr.RecordingStream:
         if self._rec is None:
             rec = rr.RecordingStream(APP_ID, recording_id=str(uuid.uuid4()))
-            # The seed's layout is y-up (kind offsets and round bars point up).
+            # The layout is y-up (kind offsets and round bars point up).
             rec.log("/", rr.ViewCoordinates.RIGHT_HAND_Y_UP, static=True)
             self._rec = rec
         return self._rec

@@ -1,7 +1,7 @@
 """Finished proof spans → Rerun rows (no I/O).
 
-Entity paths keep the seed's names where they fit. Per-proof entities carry the proof
-(the first 8 hex digits of its trace id, ``{p}``) right after the seed's group, so
+Entity paths keep stwo-ml's Rerun names where they fit. Per-proof entities carry the
+proof (the first 8 hex digits of its trace id, ``{p}``) right after that group, so
 concurrent proofs never overwrite each other and one blueprint filter
 (``gkr/claim/**``) still selects a quantity for all of them::
 
@@ -18,9 +18,9 @@ concurrent proofs never overwrite each other and one blueprint filter
 
 ``gkr/walk/{nodes,rounds,progress_trail}`` are *accumulating* entities: one row per
 event (a layer starting, a round finishing, a trail segment closing), which the
-blueprint shows with a visible time range from the start to the time cursor. The seed
-used an entity per layer and per round (one Rerun call each); here a whole batch is one
-call per entity. Each proof's helix is offset (``layout.proof_offset``), baked into the
+blueprint shows with a visible time range from the start to the time cursor. An entity
+per layer and per round would cost one Rerun call each; here a whole batch is one call
+per entity. Each proof's helix is offset (``layout.proof_offset``), baked into the
 positions.
 
 Every row is stamped with the span / event timestamp on the ``proof_time`` timeline,

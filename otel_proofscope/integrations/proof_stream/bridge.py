@@ -3,11 +3,11 @@
 Events arrive as a flat stream, so a small state machine keeps the open phases on a
 stack (proof → layer / weight opening / binding / STARK) and enters and leaves the
 ``ProofTracer`` context managers as start and end events arrive. Rules that keep the
-output honest (DESIGN.md §2, "where it falls short"):
+output honest where the stream itself is not:
 
 * **Timing.** Spans are timed by arrival, which is real only for a live source. What
   the stream itself measured (``duration_ms``) goes to ``proofscope.stream.duration``
-  and to the duration histograms, but only when it is non-zero: the seed sends 0 when
+  and to the duration histograms, but only when it is non-zero: stwo-ml sends 0 when
   it did not measure. The bridge's ``ProofTracer`` gets a no-op meter so replaying a
   file never records replay time as proof time.
 * **Claims.** ``claim_value_approx`` is one limb divided by 2^31−1 (and invented as
@@ -15,7 +15,7 @@ output honest (DESIGN.md §2, "where it falls short"):
   ``proof.claim`` is instead derived exactly from the round polynomial: p(0) + p(1)
   (= 2·c0 + c1 + c2 [+ c3], limb-wise mod 2^31−1), the claim the round reduces.
 * **GpuStatus** ``utilization`` is layer progress and ``free_memory_bytes`` is total
-  memory in the seed; they are recorded under names that say so, never as
+  memory in stwo-ml's stream; they are recorded under names that say so, never as
   ``hw.gpu.utilization``.
 * Witness data (activations, attention) only when capture is enabled.
 """
@@ -323,7 +323,7 @@ class StreamBridge:
 
     def _circuit(self, ev: s.CircuitCompiled) -> None:
         if self._find("proof") is None:
-            # The seed compiles before ProofStart: hold it so it lands inside the proof.
+            # stwo-ml compiles before ProofStart: hold it so it lands inside the proof.
             if self._pending_circuit is not None:
                 self.stats.record_problem("CircuitCompiled superseded before any ProofStart")
             self._pending_circuit = ev
@@ -354,7 +354,7 @@ class StreamBridge:
     def _layer_start(self, ev: s.LayerStart) -> None:
         i = self._find("layer")
         if i is not None:
-            # The seed sends no LayerEnd for Identity layers: the next start ends them.
+            # stwo-ml sends no LayerEnd for Identity layers: the next start ends them.
             self._close_above(i - 1)
         entry = self._push("layer", self.tracer.layer(
             index=ev.layer_idx, kind=ev.kind, trace_cost=ev.trace_cost,
@@ -409,7 +409,7 @@ class StreamBridge:
         attrs: dict[str, AttributeValue] = {Attr.LAYER_PROOF_KIND: ev.kind}
         if ev.final_claim_value_approx is not None:
             attrs[StreamAttr.FINAL_CLAIM_A_NORMALIZED] = ev.final_claim_value_approx
-        if ev.rounds_completed > 0:  # the seed's GKR path always sends 0
+        if ev.rounds_completed > 0:  # stwo-ml's GKR path always sends 0
             attrs[StreamAttr.ROUNDS_COMPLETED] = ev.rounds_completed
             if entry.rounds == 0:
                 attrs[Attr.SUMCHECK_ROUNDS] = ev.rounds_completed
@@ -429,7 +429,7 @@ class StreamBridge:
 
     def _end_open_layer(self) -> None:
         # Openings, binding and the STARK run after the layer walk; a layer still open
-        # then is one the seed never ended (Identity / Input layers send no LayerEnd).
+        # then is one stwo-ml never ended (Identity / Input layers send no LayerEnd).
         i = self._find("layer")
         if i is not None:
             self._close_above(i - 1)
