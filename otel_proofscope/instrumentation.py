@@ -33,7 +33,7 @@ from opentelemetry import metrics, trace
 from opentelemetry.trace import Span, Status, StatusCode
 from opentelemetry.util.types import AttributeValue
 
-from otel_proofscope import fields
+from otel_proofscope import fields, phase_cost
 from otel_proofscope.ledger import REJECTIONS
 from otel_proofscope.semconv import (
     METER_NAME,
@@ -156,11 +156,18 @@ class PhaseHandle:
 
 
 class ProofHandle(PhaseHandle):
-    __slots__ = ("_state",)
+    __slots__ = ("_cost", "_state")
 
     def __init__(self, span: Span, state: _ProofState) -> None:
         super().__init__(span)
         self._state = state
+        self._cost: phase_cost.Frame | None = None
+
+    @property
+    def gpu_cost(self) -> phase_cost.PhaseCostResult | None:
+        """The proof's GPU cost (totals over its phases), once the proof span has ended;
+        None while it runs or when the span was not recorded."""
+        return self._cost.result if self._cost is not None else None
 
     def set_result(self, *, layer_proofs: int | None = None, weight_openings: int | None = None,
                    size: int | None = None, verified: bool | None = None) -> None:
@@ -232,6 +239,7 @@ class ProofTracer:
         self._verify_count = meter.create_counter(
             Metric.PROOF_VERIFY_COUNT.name, Metric.PROOF_VERIFY_COUNT.unit,
             Metric.PROOF_VERIFY_COUNT.description)
+        self._cost = phase_cost.Recorder(meter)
 
     # ── phases ───────────────────────────────────────────────────────────────────────
 
@@ -263,6 +271,7 @@ class ProofTracer:
             state = _ProofState(span, system, backend, start)
             token = _current_proof.set(state)
             handle = ProofHandle(span, state)
+            handle._cost = phase_cost.current() if span.is_recording() else None
             failed = True
             try:
                 yield handle
@@ -369,6 +378,10 @@ class ProofTracer:
         }
         return _Phase(functools.partial(self._simple_cm, SpanName.STARK, attrs, PhaseHandle))
 
+    def witness(self) -> _Phase:
+        """Witness generation (the forward pass whose result the proof is about)."""
+        return _Phase(functools.partial(self._simple_cm, SpanName.WITNESS, {}, PhaseHandle))
+
     def verify(self) -> _Phase:
         """Verification. Call ``handle.set_verified(ok)``; also sets it on the proof span."""
         return _Phase(functools.partial(self._simple_cm, SpanName.VERIFY, {}, VerifyHandle,
@@ -383,6 +396,19 @@ class ProofTracer:
     @contextmanager
     def _span(self, name: str, attrs: dict[str, AttributeValue]) -> Iterator[Span]:
         with self._tracer.start_as_current_span(name, attributes=attrs) as span:
+            frame = None
+            if span.is_recording():
+                # GPU cost of this phase: dispatches inside add to the frame; its figures
+                # become attributes just before the span ends (phase_cost).
+                labels: dict[str, AttributeValue] = {Attr.PROOF_PHASE: name}
+                kind = attrs.get(Attr.LAYER_KIND)
+                if kind is not None:
+                    labels[Attr.LAYER_KIND] = kind
+                proof = _current_proof.get()
+                backend = attrs.get(Attr.PROOF_BACKEND) or (proof.backend if proof else None)
+                if backend is not None:
+                    labels[Attr.PROOF_BACKEND] = backend
+                frame = self._cost.open(labels)
             try:
                 yield span
             except (SystemExit, KeyboardInterrupt) as exc:
@@ -393,6 +419,9 @@ class ProofTracer:
                     span.set_status(Status(StatusCode.ERROR, f"interrupted: "
                                                               f"{type(exc).__name__}"))
                 raise
+            finally:
+                if frame is not None:
+                    self._cost.close(frame, span)
 
     def _record_verified(self, ok: bool) -> None:
         proof = _current_proof.get()

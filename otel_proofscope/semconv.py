@@ -101,6 +101,26 @@ class Attr:
     GPU_RETRY_ATTEMPT = "gpu.retry.attempt"
     GPU_RECOVERY_ROUTE = "gpu.recovery.route"
 
+    # GPU cost of one phase span (attached at the span's end; see GPU_COST_ATTRIBUTES).
+    # Same names as the dispatch metrics where the quantity is the same.
+    GPU_KERNEL_TIME = "gpu.kernel.time"
+    GPU_DISPATCH_COUNT = "gpu.dispatch.count"
+    GPU_UPLOAD_SIZE = "gpu.upload.size"
+    GPU_READBACK_SIZE = "gpu.readback.size"
+    GPU_BUSY_RATIO = "gpu.busy.ratio"
+    GPU_KERNEL_TIMED_DISPATCHES = "gpu.kernel.timed_dispatches"
+    GPU_ENERGY = "gpu.energy"
+    GPU_ENERGY_SOURCE = "gpu.energy.source"
+    GPU_ENERGY_HW_IDS = "gpu.energy.hw_ids"
+    #: What a figure covers: ``device`` (the whole device, every process on it) or
+    #: ``process`` (filtered to the prover's process tree).
+    GPU_SCOPE = "gpu.scope"
+    #: The phase (span name) a per-phase metric point belongs to.
+    PROOF_PHASE = "proof.phase"
+    #: Parent device of a MIG instance (OTel hardware semconv ``hw.parent``).
+    HW_PARENT = "hw.parent"
+    PROCESS_PID = "process.pid"
+
     PROOFSCOPE_SIGNAL = "proofscope.signal"
     PROOFSCOPE_SINK = "proofscope.sink"
     # Not namespaced on the wire (dashboards and alerts select on it); the Python name
@@ -304,6 +324,7 @@ class SpanName:
     AGGREGATED_BINDING = "proof.aggregated_binding"
     STARK = "proof.stark"
     VERIFY = "proof.verify"
+    WITNESS = "proof.witness"
 
 
 class EventName:
@@ -374,6 +395,8 @@ class GpuCapability(StrEnum):
     ENERGY = "energy"
     TEMPERATURE = "temperature"
     CLOCKS = "clocks"
+    PROCESS_UTILIZATION = "process_utilization"
+    PROCESS_MEMORY = "process_memory"
 
 
 class GapReason(StrEnum):
@@ -383,6 +406,21 @@ class GapReason(StrEnum):
     NOT_INITIALIZED = "not-initialized"
     COLLECTOR_DISABLED = "collector-disabled"
     UNAVAILABLE = "unavailable"
+
+
+class EnergySource(StrEnum):
+    """Where a phase's ``gpu.energy`` came from."""
+
+    #: Deltas of the device's cumulative energy counter (NVML
+    #: ``nvmlDeviceGetTotalEnergyConsumption``) read at the phase's boundaries.
+    COUNTER = "counter"
+    #: Power samples (``nvmlDeviceGetPowerUsage``) integrated over the phase (trapezoids).
+    SAMPLED = "sampled"
+
+
+class GpuScope(StrEnum):
+    DEVICE = "device"
+    PROCESS = "process"
 
 
 class DropReason(StrEnum):
@@ -453,7 +491,9 @@ class EventDef:
 
 
 
-_HW = (Attr.HW_ID, Attr.HW_TYPE, Attr.HW_NAME, Attr.HW_VENDOR, Attr.HW_DRIVER_VERSION)
+# hw.parent only on MIG instances (their physical GPU's hw.id).
+_HW = (Attr.HW_ID, Attr.HW_TYPE, Attr.HW_NAME, Attr.HW_VENDOR, Attr.HW_DRIVER_VERSION,
+       Attr.HW_PARENT)
 _DISPATCH = (Attr.GPU_BACKEND, Attr.HW_ID)
 _K = InstrumentKind
 
@@ -463,9 +503,10 @@ class Metric:
 
     # device (OTel hardware semconv; observable, sampled off the hot path)
     HW_GPU_UTILIZATION = MetricDef("hw.gpu.utilization", _K.OBSERVABLE_GAUGE, "1",
-                                   "Fraction of time the GPU was busy", _HW)
+                                   "Fraction of time a kernel was running on the GPU (device-wide: "
+                                   "every process; not SM occupancy)", _HW)
     HW_GPU_MEMORY_USAGE = MetricDef("hw.gpu.memory.usage", _K.OBSERVABLE_UP_DOWN_COUNTER, "By",
-                                    "GPU memory in use", _HW)
+                                    "GPU memory in use (device-wide: every process)", _HW)
     HW_GPU_MEMORY_LIMIT = MetricDef("hw.gpu.memory.limit", _K.OBSERVABLE_UP_DOWN_COUNTER, "By",
                                     "GPU memory size", _HW)
     HW_GPU_MEMORY_UTILIZATION = MetricDef("hw.gpu.memory.utilization", _K.OBSERVABLE_GAUGE, "1",
@@ -478,9 +519,10 @@ class Metric:
     HW_STATUS = MetricDef("hw.status", _K.OBSERVABLE_UP_DOWN_COUNTER, "1",
                           "1 for the device's current state (hw.state), 0 otherwise",
                           (*_HW, Attr.HW_STATE))
-    HW_POWER = MetricDef("hw.power", _K.OBSERVABLE_GAUGE, "W", "Instantaneous power draw", _HW)
+    HW_POWER = MetricDef("hw.power", _K.OBSERVABLE_GAUGE, "W",
+                         "Instantaneous power draw (device-wide)", _HW)
     HW_ENERGY = MetricDef("hw.energy", _K.OBSERVABLE_COUNTER, "J",
-                          "Energy consumed since driver load", _HW)
+                          "Energy consumed since driver load (device-wide)", _HW)
     HW_GPU_TEMPERATURE = MetricDef("hw.gpu.temperature", _K.OBSERVABLE_GAUGE, "Cel",
                                    "GPU die temperature (extension)", _HW)
     HW_GPU_CLOCK_SM = MetricDef("hw.gpu.clock.sm", _K.OBSERVABLE_GAUGE, "Hz",
@@ -528,6 +570,31 @@ class Metric:
                                            "Capabilities a backend cannot expose",
                                            (Attr.GPU_BACKEND, Attr.GPU_CAPABILITY,
                                             Attr.GPU_CAPABILITY_REASON))
+
+    # GPU cost per phase (the span attributes, summed; for dashboards)
+    GPU_PHASE_KERNEL_TIME = MetricDef("gpu.phase.kernel.time", _K.COUNTER, "s",
+                                      "Kernel time (device timestamps) spent inside a proof "
+                                      "phase, by phase and layer kind",
+                                      (Attr.PROOF_PHASE, Attr.LAYER_KIND, Attr.PROOF_BACKEND))
+    GPU_PHASE_ENERGY = MetricDef("gpu.phase.energy", _K.COUNTER, "J",
+                                 "Device-wide GPU energy during a proof phase, by phase, layer "
+                                 "kind and source (counter or sampled)",
+                                 (Attr.PROOF_PHASE, Attr.LAYER_KIND, Attr.GPU_ENERGY_SOURCE,
+                                  Attr.GPU_SCOPE))
+    GPU_PHASE_TRANSFER_SIZE = MetricDef("gpu.phase.transfer.size", _K.COUNTER, "By",
+                                        "Bytes uploaded and read back inside a proof phase",
+                                        (Attr.PROOF_PHASE, Attr.LAYER_KIND,
+                                         Attr.NETWORK_IO_DIRECTION))
+    # per process (NVML running-process and process-utilization queries)
+    GPU_PROCESS_UTILIZATION = MetricDef("gpu.process.utilization", _K.OBSERVABLE_GAUGE, "1",
+                                        "SM utilization of one watched process (the prover "
+                                        "and the children `proofscope run` wraps) over the "
+                                        "last sampling interval", (Attr.HW_ID, Attr.PROCESS_PID,
+                                                                   Attr.GPU_SCOPE))
+    GPU_PROCESS_MEMORY_USAGE = MetricDef("gpu.process.memory.usage",
+                                         _K.OBSERVABLE_UP_DOWN_COUNTER, "By",
+                                         "Device memory used by one watched process",
+                                         (Attr.HW_ID, Attr.PROCESS_PID, Attr.GPU_SCOPE))
 
     # proof
     PROOF_DURATION = MetricDef("proof.duration", _K.HISTOGRAM, "s", "Wall time of one proof",
@@ -580,6 +647,29 @@ SPANS: tuple[SpanDef, ...] = (
     SpanDef(SpanName.STARK, "STARK proof of the non-arithmetic layers",
             (Attr.STARK_ACTIVATION_LAYERS, Attr.STARK_ADD_LAYERS, Attr.STARK_LAYERNORM_LAYERS)),
     SpanDef(SpanName.VERIFY, "Verification of the proof", (), (Attr.PROOF_VERIFIED,)),
+    SpanDef(SpanName.WITNESS, "Witness generation (the forward pass the proof is about)", ()),
+)
+
+#: GPU cost attributes, set at the end of every phase span that ran GPU work (and of
+#: the proof, whose figures are the sums over its phases): (name, unit, description).
+GPU_COST_ATTRIBUTES: tuple[tuple[str, str, str], ...] = (
+    (Attr.GPU_KERNEL_TIME, "s", "Kernel time summed from device timestamps; absent when "
+     "no dispatch of the phase had timestamps"),
+    (Attr.GPU_KERNEL_TIMED_DISPATCHES, "{dispatch}", "Dispatches whose kernel time was "
+     "measured (≤ `gpu.dispatch.count`)"),
+    (Attr.GPU_DISPATCH_COUNT, "{dispatch}", "Dispatches inside the phase"),
+    (Attr.GPU_UPLOAD_SIZE, "By", "Bytes copied host → device"),
+    (Attr.GPU_READBACK_SIZE, "By", "Bytes copied device → host"),
+    (Attr.GPU_BUSY_RATIO, "1", "`gpu.kernel.time` / span duration; only where kernel time "
+     "was measured (can exceed 1 with concurrent queues)"),
+    (Attr.GPU_ENERGY, "J", "Device-wide energy during the phase (every process on the "
+     "device); absent when unmeasurable, with a `gpu.capability.unsupported` event "
+     "(`gpu.capability=energy`) instead, never 0"),
+    (Attr.GPU_ENERGY_SOURCE, "", "`counter` (NVML energy counter deltas) or `sampled` "
+     "(power samples integrated over the span)"),
+    (Attr.GPU_ENERGY_HW_IDS, "", "The devices whose energy `gpu.energy` sums"),
+    (Attr.GPU_SCOPE, "", "`device`: the figure covers the whole device, not just this "
+     "process"),
 )
 
 EVENTS: tuple[EventDef, ...] = (
@@ -648,6 +738,13 @@ def render_markdown() -> str:
         start = ", ".join(f"`{a}`" for a in s.attributes) or "—"
         end = ", ".join(f"`{a}`" for a in s.end_attributes) or "—"
         out.append(f"| `{s.name}` | {s.description} | {start} | {end} |")
+    out += ["", "### GPU cost of a phase", "",
+            "Set at the end of every phase span that ran GPU work; the `proof` span",
+            "carries the totals, equal to the sums over its phases. Energy is set on every",
+            "phase while an NVML energy meter runs (device-wide, labelled so).", "",
+            "| attribute | unit | description |", "|---|---|---|"]
+    for name, unit, desc in GPU_COST_ATTRIBUTES:
+        out.append(f"| `{name}` | {f'`{unit}`' if unit else '—'} | {desc} |")
     out += ["", "## Span events", "", "| event | description | attributes | witness data |",
             "|---|---|---|---|"]
     for e in EVENTS:

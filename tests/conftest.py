@@ -10,7 +10,7 @@ from metric_helpers import metric_points
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from otel_proofscope import instrumentation
+from otel_proofscope import instrumentation, phase_cost
 from otel_proofscope.pipeline.config import Telemetry, configure
 from otel_proofscope.pipeline.drops import DROPS, REJECTIONS
 
@@ -25,6 +25,9 @@ def _clean_ledgers(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     REJECTIONS.reset()
     yield
     instrumentation.set_capture_witness(False)
+    # A test that started an NVML sampler and did not stop it must not leave its
+    # process-wide energy meter to the next test.
+    phase_cost.set_energy_meter(None)
 
 
 class Pipeline:

@@ -18,6 +18,17 @@ object instead of the real module. It is faithful where it matters:
 
 Per-device knobs make a field NotSupported (or any error), or lose the GPU mid-run.
 Constants (``NVML_*``) and error classes are the real module's.
+
+Energy, processes and MIG follow the real library too: the energy counter is mJ since
+driver load (``nvmlDeviceGetTotalEnergyConsumption``); running processes come back as
+``nvmlFriendlyObject`` s built from ``c_nvmlProcessInfo_v3_t`` with ``usedGpuMemory``
+None where NVML says "not available"; ``nvmlDeviceGetProcessUtilization(handle, ts)``
+returns the ``c_nvmlProcessUtilizationSample_t`` newer than ``ts`` (µs) and raises
+NotFound when there is none; a GPU without MIG raises NotSupported from
+``nvmlDeviceGetMigMode``, an empty MIG slot NotFound from
+``nvmlDeviceGetMigDeviceHandleByIndex``; a MIG instance (``FakeGpu.mig_instance``)
+answers NotSupported for utilization, power, energy and the other whole-GPU readings,
+as the driver does.
 """
 
 from __future__ import annotations
@@ -56,16 +67,41 @@ class FakeGpu:
     field_returns: dict[int, int] = field(default_factory=dict)
     #: every call on this device raises NVML_ERROR_GPU_IS_LOST
     lost: bool = False
+    #: (pid, used bytes or None for NVML_VALUE_NOT_AVAILABLE) of running compute processes
+    processes: list[tuple[int, int | None]] = field(default_factory=list)
+    #: the same for graphics processes (Vulkan, e.g. wgpu, may be listed here)
+    graphics_processes: list[tuple[int, int | None]] = field(default_factory=list)
+    #: (pid, timeStamp µs, smUtil %, memUtil %) utilization samples NVML has buffered
+    process_samples: list[tuple[int, int, int, int]] = field(default_factory=list)
+    #: current MIG mode (NVML_DEVICE_MIG_ENABLE/DISABLE); None: the GPU has no MIG
+    mig_mode: int | None = None
+    max_mig_devices: int = 7
+    #: MIG slots: an instance, or None for an empty slot
+    mig_devices: list[FakeGpu | None] = field(default_factory=list)
+
+    @classmethod
+    def mig_instance(cls, uuid: str, name: str, memory_total: int,
+                     memory_used: int = 0) -> FakeGpu:
+        """A MIG instance: whole-GPU readings are NotSupported on its handle."""
+        ns = _real.NVML_ERROR_NOT_SUPPORTED
+        return cls(name=name, uuid=uuid, memory_total=memory_total, memory_used=memory_used,
+                   errors={fn: ns for fn in (
+                       "nvmlDeviceGetUtilizationRates", "nvmlDeviceGetPowerUsage",
+                       "nvmlDeviceGetTotalEnergyConsumption", "nvmlDeviceGetTemperature",
+                       "nvmlDeviceGetClockInfo", "nvmlDeviceGetTotalEccErrors",
+                       "nvmlDeviceGetFieldValues", "nvmlDeviceGetProcessUtilization",
+                       "nvmlDeviceGetMigMode")})
 
 
 class FakeHandle:
     """Opaque device handle (the real one is a ctypes pointer)."""
 
-    def __init__(self, index: int) -> None:
+    def __init__(self, index: int, mig: int | None = None) -> None:
         self.index = index
+        self.mig = mig
 
     def __repr__(self) -> str:
-        return f"<FakeHandle {self.index}>"
+        return f"<FakeHandle {self.index}{'' if self.mig is None else f'/mig {self.mig}'}>"
 
 
 class FakeNvml:
@@ -108,8 +144,12 @@ class FakeNvml:
         self.calls[fn] += 1
         self._check_init()
         gpu = self.gpus[handle.index]
-        if gpu.lost:
+        if gpu.lost:  # a lost GPU takes its MIG instances with it
             raise _real.NVMLError(_real.NVML_ERROR_GPU_IS_LOST)
+        if handle.mig is not None:
+            mig = gpu.mig_devices[handle.mig]
+            assert mig is not None, "handle of an empty MIG slot"
+            gpu = mig
         if fn in gpu.errors:
             raise _real.NVMLError(gpu.errors[fn])
         return gpu
@@ -209,6 +249,74 @@ class FakeNvml:
         if type == _real.NVML_CLOCK_MEM:
             return gpu.clock_mem_mhz
         raise _real.NVMLError(_real.NVML_ERROR_INVALID_ARGUMENT)
+
+    # ── processes ────────────────────────────────────────────────────────────────────
+
+    def nvmlDeviceGetComputeRunningProcesses(self, handle: FakeHandle) -> list[Any]:
+        gpu = self._gpu(handle, "nvmlDeviceGetComputeRunningProcesses")
+        return _process_infos(gpu.processes)
+
+    def nvmlDeviceGetGraphicsRunningProcesses(self, handle: FakeHandle) -> list[Any]:
+        gpu = self._gpu(handle, "nvmlDeviceGetGraphicsRunningProcesses")
+        return _process_infos(gpu.graphics_processes)
+
+    def nvmlDeviceGetProcessUtilization(self, handle: FakeHandle, timeStamp: int) -> list[Any]:
+        gpu = self._gpu(handle, "nvmlDeviceGetProcessUtilization")
+        newer = [s for s in gpu.process_samples if s[1] > timeStamp]
+        if not newer:
+            raise _real.NVMLError(_real.NVML_ERROR_NOT_FOUND)
+        samples = (_real.c_nvmlProcessUtilizationSample_t * len(newer))()
+        for i, (pid, ts, sm, mem) in enumerate(newer):
+            samples[i].pid, samples[i].timeStamp = pid, ts
+            samples[i].smUtil, samples[i].memUtil = sm, mem
+        return samples[0:len(newer)]
+
+    # ── MIG ──────────────────────────────────────────────────────────────────────────
+
+    def nvmlDeviceGetMigMode(self, device: FakeHandle) -> list[int]:
+        gpu = self._gpu(device, "nvmlDeviceGetMigMode")
+        if gpu.mig_mode is None:
+            raise _real.NVMLError(_real.NVML_ERROR_NOT_SUPPORTED)
+        return [gpu.mig_mode, gpu.mig_mode]
+
+    def nvmlDeviceGetMaxMigDeviceCount(self, device: FakeHandle) -> int:
+        gpu = self._gpu(device, "nvmlDeviceGetMaxMigDeviceCount")
+        if gpu.mig_mode is None:
+            raise _real.NVMLError(_real.NVML_ERROR_NOT_SUPPORTED)
+        return gpu.max_mig_devices
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, device: FakeHandle, index: int) -> FakeHandle:
+        gpu = self._gpu(device, "nvmlDeviceGetMigDeviceHandleByIndex")
+        if device.mig is not None or not 0 <= index < gpu.max_mig_devices:
+            raise _real.NVMLError(_real.NVML_ERROR_INVALID_ARGUMENT)
+        if gpu.mig_mode is None:
+            raise _real.NVMLError(_real.NVML_ERROR_NOT_SUPPORTED)
+        if (gpu.mig_mode != _real.NVML_DEVICE_MIG_ENABLE or index >= len(gpu.mig_devices)
+                or gpu.mig_devices[index] is None):
+            raise _real.NVMLError(_real.NVML_ERROR_NOT_FOUND)
+        return FakeHandle(device.index, index)
+
+    def nvmlDeviceGetDeviceHandleFromMigDeviceHandle(self, migDevice: FakeHandle) -> FakeHandle:
+        self._gpu(migDevice, "nvmlDeviceGetDeviceHandleFromMigDeviceHandle")
+        if migDevice.mig is None:
+            raise _real.NVMLError(_real.NVML_ERROR_INVALID_ARGUMENT)
+        return FakeHandle(migDevice.index)
+
+
+def _process_infos(entries: list[tuple[int, int | None]]) -> list[Any]:
+    """What the real wrapper returns: friendly objects from ``c_nvmlProcessInfo_v3_t``,
+    ``usedGpuMemory`` None where NVML says the value is not available."""
+    out = []
+    for pid, used in entries:
+        info = _real.c_nvmlProcessInfo_v3_t()
+        info.pid = pid
+        info.usedGpuMemory = (_real.NVML_VALUE_NOT_AVAILABLE_ulonglong.value
+                              if used is None else used)
+        obj = _real.nvmlStructToFriendlyObject(info)
+        if obj.usedGpuMemory == _real.NVML_VALUE_NOT_AVAILABLE_ulonglong.value:
+            obj.usedGpuMemory = None
+        out.append(obj)
+    return out
 
 
 #: The pynvml functions this stand-in implements (checked against the real module).

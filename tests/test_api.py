@@ -40,6 +40,8 @@ def run_toy(tracer: ProofTracer) -> None:
             b.set_calldata_felts(40)
         with tracer.stark(activation_layers=1):
             pass
+        with tracer.witness():
+            pass
         with tracer.verify() as v:
             v.set_verified(True)
         proof.set_result(layer_proofs=2, weight_openings=1, size=1024)

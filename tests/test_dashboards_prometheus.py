@@ -279,9 +279,11 @@ def test_dashboards_cover_the_issue() -> None:
                  "gpu_queue_wait_duration_seconds_sum", "gpu_upload_size_bytes_total",
                  "gpu_readback_size_bytes_total", "gpu_fault_count_total",
                  "gpu_retry_count_total", "gpu_recovery_count_total",
-                 "gpu_capability_unsupported_total"):
+                 "gpu_capability_unsupported_total", "gpu_phase_kernel_time_seconds_total",
+                 "gpu_phase_energy_joules_total"):
         assert name in exprs, f"no panel queries {name}"
     assert ("GPU", "Capability gaps") in titles
+    assert ("GPU", "GPU time / energy per phase") in titles
     assert ("Proof overview", "Recent proofs (Jaeger)") in {
         (d, p) for d, p, _ in non_prometheus_panels()}
 

@@ -83,3 +83,39 @@ def test_wgpu_demo_records_its_device(gpu: Any, tmp_path: Path) -> None:
                                  for s in matmul_layers)
     events = {e.name for s in spans for e in s.events}
     assert EventName.GPU_ADAPTER_ACQUIRED in events
+
+
+def test_wgpu_demo_shows_gpu_cost_per_phase(gpu: Any, tmp_path: Path) -> None:
+    """`proofscope demo --backend wgpu` end to end: span figures, the summary line, and
+    the Rerun recording (read back from the real .rrd) all carry the same kernel time."""
+    from otel_proofscope.rerun import readback
+
+    memory = InMemorySpanExporter()
+    rrd = tmp_path / "demo.rrd"
+    result = run_demo(DemoOptions(out_dir=tmp_path, layers=5, width=16, backend="wgpu",
+                                  rerun=f"file:{rrd}", set_global=False,
+                                  span_exporters=[("memory", memory)]))
+    assert result.verified
+    spans = memory.get_finished_spans()
+    (proof,) = [s for s in spans if s.name == SpanName.PROOF]
+    cost = result.prove.gpu_cost
+    assert cost is not None and cost.dispatches == proof.attributes[Attr.GPU_DISPATCH_COUNT]
+    line = next(x for x in result.summary_lines() if x.startswith("GPU: "))
+    assert f"kernel {cost.kernel_s * 1e3:.2f} ms" in line
+    assert "energy unavailable: unsupported" in line
+    gpu_layers = sorted((s for s in spans if s.name == SpanName.LAYER
+                         and Attr.GPU_KERNEL_TIME in s.attributes),
+                        key=lambda s: s.end_time or 0)
+    assert gpu_layers
+    rec = readback.read(rrd)
+    bars = rec.rows("gkr/walk/gpu_time")
+    assert len(bars) == len(gpu_layers)
+    p = format(proof.context.trace_id, "032x")[:8]
+    phases = [s for s in spans if Attr.GPU_KERNEL_TIME in s.attributes
+              and s.name != SpanName.PROOF]
+    kernel_ms = [v[0] for v in rec.values(f"gpu/phase/kernel_ms/{p}", "Scalars:scalars")]
+    assert sorted(kernel_ms) == pytest.approx(
+        sorted(s.attributes[Attr.GPU_KERNEL_TIME] * 1e3 for s in phases))
+    assert rec.static(f"gpu/phase/kernel_ms/{p}"), "the series is named and drawn as points"
+    up = [v[0] for v in rec.values(f"gpu/phase/bytes/{p}/upload", "Scalars:scalars")]
+    assert sum(up) == proof.attributes[Attr.GPU_UPLOAD_SIZE]

@@ -300,3 +300,48 @@ def test_stream_path_is_kept_for_a_later_replay(pipeline: Any, tmp_path: Path) -
     assert "from an earlier run" not in logs  # only what this run appended
     assert any("44 line(s)" in line for line in result.stream_lines)
     assert any("line 13" in line for line in result.stream_lines)
+
+
+def test_wrapped_child_is_the_prover_for_per_process_gpu_usage(
+        pipeline: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The real sampler over the pynvml stand-in: once `proofscope run` has started its
+    child, the child's pid is watched, so its device memory is reported per process."""
+    import threading
+
+    from fake_pynvml import FakeGpu, FakeNvml
+
+    import otel_proofscope.gpu as gpu
+    from otel_proofscope.gpu import sampler as sampler_mod
+
+    device = FakeGpu(processes=[(1, 1 << 30)])  # init: on the device, never ours
+    started: list[Any] = []
+
+    def start(meter_provider: Any = None, **kw: Any) -> Any:
+        s = sampler_mod.start_sampler(meter_provider, interval_s=0.02,
+                                      nvml=FakeNvml([device]), **kw)
+        started.append(s)
+        return s
+
+    def put_child_on_the_device() -> None:
+        # What NVML would show once the child creates its CUDA context.
+        for _ in range(500):
+            roots = started[0].watch.roots - {os.getpid()} if started else set()
+            if roots:
+                (pid,) = roots
+                device.processes.append((pid, 3 << 30))
+                return
+            time.sleep(0.01)
+
+    monkeypatch.setattr(gpu, "start_sampler", start)
+    helper = threading.Thread(target=put_child_on_the_device)
+    helper.start()
+    result = run_process(
+        RunConfig(argv=[sys.executable, "-c", "import time; time.sleep(0.6)"], stream="off"),
+        tracer=pipeline.tracer, tracer_provider=pipeline.telemetry.tracer_provider,
+        meter_provider=pipeline.telemetry.meter_provider)
+    helper.join(10)
+    assert result.exit_code == 0
+    (root,) = pipeline.finished()
+    child_pid = root.attributes["process.pid"]
+    (sample,) = started[0].latest().values()
+    assert [(p.pid, p.memory_used) for p in sample.processes] == [(child_pid, 3 << 30)]

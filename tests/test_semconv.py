@@ -32,7 +32,7 @@ def test_design_contract_names_present() -> None:
     assert "proofscope.dropped" in metrics
     assert {s.name for s in semconv.SPANS} == {
         "proof", "proof.circuit.compile", "proof.layer", "proof.weight_opening",
-        "proof.aggregated_binding", "proof.stark", "proof.verify"}
+        "proof.aggregated_binding", "proof.stark", "proof.verify", "proof.witness"}
     assert {"proof.layer.activation", "proof.attention.heatmap"} == semconv.WITNESS_EVENTS
 
 

@@ -25,6 +25,7 @@ from otel_proofscope.demo.statement import begin_layer, bind_statement
 from otel_proofscope.demo.transcript import Transcript
 from otel_proofscope.demo.verifier import VerifyResult, verify
 from otel_proofscope.instrumentation import ActivationStats, ProofTracer, get_tracer
+from otel_proofscope.phase_cost import PhaseCostResult
 from otel_proofscope.semconv import LayerKind
 
 #: Progress callback: (layers done, layers total, what just happened).
@@ -54,6 +55,8 @@ class ProveResult:
     layer_seconds: dict[str, float] = field(default_factory=dict)  # by layer kind
     rounds: int = 0
     soundness_bits: float = 0.0
+    #: GPU cost of the proof (sums over its phases); None when the span was not recorded.
+    gpu_cost: PhaseCostResult | None = None
 
     @property
     def verified(self) -> bool:
@@ -137,7 +140,9 @@ def prove(network: Network, *, tracer: ProofTracer | None = None, backend: str =
         with tracer.circuit_compile(nodes=network.circuit_nodes()):
             commitments = {layer.index: commit(layer.weight) for layer in layers
                            if layer.weight is not None}
-        proof = prove_witness(network, network.forward(mm), commitments, tracer=tracer,
+        with tracer.witness():
+            acts = network.forward(mm)
+        proof = prove_witness(network, acts, commitments, tracer=tracer,
                               matmul=mm, hw_id=hw_id, progress=progress,
                               layer_seconds=layer_seconds)
         size = len(proof.to_bytes())
@@ -153,7 +158,7 @@ def prove(network: Network, *, tracer: ProofTracer | None = None, backend: str =
     if progress is not None:
         progress(total, total, "verified" if result.ok else f"REJECTED: {result.reason}")
     return ProveResult(proof, size, result, prove_s, verify_s, layer_seconds,
-                       network.total_rounds(), network.soundness_bits())
+                       network.total_rounds(), network.soundness_bits(), proof_span.gpu_cost)
 
 
 def prove_witness(network: Network, acts: list[U64Array], commitments: dict[int, bytes], *,

@@ -107,6 +107,8 @@ class DemoResult:
                 f"{kind} {secs * 1e3:.1f} ms ({self._count(kind)}×)"
                 for kind, secs in sorted(p.layer_seconds.items(), key=lambda kv: -kv[1])),
         ]
+        if o.telemetry:
+            lines.append(self.gpu_line())
         if not o.telemetry:
             lines.append("telemetry: off")
             return lines
@@ -124,8 +126,39 @@ class DemoResult:
             lines.append(f"streamed to the Rerun viewer at {target}")
         return lines
 
+    def gpu_line(self) -> str:
+        """GPU kernel time, bytes moved and energy of the (last) proof, or why not."""
+        cost = self.prove.gpu_cost
+        if self.options.backend == "cpu":
+            return "GPU: not used (backend cpu)"
+        if cost is None:
+            return "GPU: not measured (the proof span was not recorded)"
+        if not cost.dispatches:
+            return "GPU: no dispatch reached the device"
+        kernel = (f"kernel {cost.kernel_s * 1e3:.2f} ms "
+                  f"({cost.timed_dispatches}/{cost.dispatches} dispatches timed)"
+                  if cost.timed_dispatches else
+                  f"kernel time not measured ({cost.dispatches} dispatches, no timestamps)")
+        moved = (f"{_bytes(cost.upload_bytes)} up, {_bytes(cost.readback_bytes)} down")
+        if cost.energy is not None:
+            energy = (f"energy {cost.energy.joules:.3f} J ({cost.energy.source}, device-wide "
+                      f"on {', '.join(cost.energy.hw_ids)})")
+        elif cost.energy_gap is not None:
+            energy = (f"energy unavailable: {cost.energy_gap.reason.value} — "
+                      f"{cost.energy_gap.detail}")
+        else:
+            energy = "energy unavailable"
+        return f"GPU: {kernel}, {moved}, {energy}"
+
     def _count(self, kind: str) -> int:
         return sum(1 for layer in self.network.layers if layer.kind.value == kind)
+
+
+def _bytes(n: int) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} B"
 
 
 class BackendUnavailableError(RuntimeError):

@@ -87,16 +87,21 @@ class DeviceIdentity:
     pci_vendor_id: int | None = None
     pci_device_id: int | None = None
     software: bool = False
+    #: ``hw.id`` of the physical device this one is a slice of (a MIG instance).
+    parent_hw_id: str | None = None
 
     def hw_attributes(self) -> dict[str, AttributeValue]:
         """Attributes of every ``hw.*`` data point of this device."""
-        return {
+        attrs: dict[str, AttributeValue] = {
             Attr.HW_ID: self.hw_id,
             Attr.HW_TYPE: "gpu",
             Attr.HW_NAME: self.name,
             Attr.HW_VENDOR: self.vendor,
             Attr.HW_DRIVER_VERSION: self.driver_version,
         }
+        if self.parent_hw_id is not None:
+            attrs[Attr.HW_PARENT] = self.parent_hw_id
+        return attrs
 
     def dispatch_attributes(self) -> dict[str, AttributeValue]:
         """Attributes of every dispatch-accounting data point."""
@@ -123,6 +128,15 @@ class Gap:
 
 
 @dataclass(frozen=True)
+class ProcessUsage:
+    """One watched process on one device. ``None``: not reported for this interval."""
+
+    pid: int
+    memory_used: int | None = None
+    sm_utilization: float | None = None  # 0…1, mean over the interval's samples
+
+
+@dataclass(frozen=True)
 class DeviceSample:
     """One reading of one device. ``None`` means not measured (see ``gaps``)."""
 
@@ -141,6 +155,8 @@ class DeviceSample:
     clock_memory_hz: float | None = None
     measured: frozenset[GpuCapability] = frozenset()
     gaps: Mapping[GpuCapability, Gap] = field(default_factory=dict)
+    #: The watched processes' usage of this device (NVML per-process queries).
+    processes: tuple[ProcessUsage, ...] = ()
     #: Fault kind when this reading found the device faulted (e.g. ``gpu_is_lost``).
     fault: str | None = None
     taken_at: float = field(default_factory=time.time)

@@ -71,6 +71,7 @@ def census_dict(census: list[CensusBackend]) -> dict[str, Any]:
                 "hw_id": i.hw_id, "name": i.name, "backend": i.backend, "vendor": i.vendor,
                 "driver_version": i.driver_version, "pci_vendor_id": i.pci_vendor_id,
                 "pci_device_id": i.pci_device_id, "software": i.software,
+                "parent_hw_id": i.parent_hw_id,
                 "state": s.state.value,
                 "measured": [c.value for c in _ordered(s.measured)],
                 "gaps": [{"capability": c.value, "reason": s.gaps[c].reason.value,
@@ -103,7 +104,8 @@ def render_table(census: list[CensusBackend]) -> str:
             lines += ["", f"{i.hw_id} — {i.name}",
                       f"  backend {i.backend} · vendor {i.vendor} · {pci} · driver "
                       f"{i.driver_version or '?'}{' · software' if i.software else ''} · "
-                      f"state {s.state.value}"]
+                      f"state {s.state.value}"
+                      + (f" · MIG instance of {i.parent_hw_id}" if i.parent_hw_id else "")]
             caps = [("  capability", "status", "reason", "detail")]
             caps += [(f"  {c.value}", "measured", "", "") for c in _ordered(s.measured)]
             caps += [(f"  {c.value}", "gap", s.gaps[c].reason.value, s.gaps[c].detail)

@@ -34,6 +34,7 @@ from opentelemetry.metrics import Observation
 from opentelemetry.trace import Span
 from opentelemetry.util.types import AttributeValue
 
+from otel_proofscope import phase_cost
 from otel_proofscope.gpu import evidence
 from otel_proofscope.gpu.backend import DeviceIdentity, Gap, HwState
 from otel_proofscope.gpu.evidence import Evidence, EvidenceDedup, active_span
@@ -166,6 +167,11 @@ class GpuRuntime:
         finally:
             d._finish()
             self._dispatch_count.add(1, self._attrs)
+            # Per-phase attribution: no lock, one context read (see phase_cost).
+            frame = phase_cost.current()
+            if frame is not None:
+                phase_cost.charge(frame, self.identity.backend, self.identity.hw_id,
+                                  d.kernel_s, d.upload_bytes, d.readback_bytes)
 
     def _first_dispatch_evidence(self) -> None:
         span = active_span()
@@ -267,12 +273,15 @@ class GpuRuntime:
 class Dispatch:
     """What one dispatch measured. Durations in seconds."""
 
-    __slots__ = ("_rt", "kernel_s", "submit_s")
+    __slots__ = ("_rt", "kernel_s", "readback_bytes", "submit_s", "upload_bytes")
 
     def __init__(self, runtime: GpuRuntime) -> None:
         self._rt = runtime
         self.submit_s: float | None = None
+        #: Sum of the kernel times recorded in this dispatch; None when none was measured.
         self.kernel_s: float | None = None
+        self.upload_bytes = 0
+        self.readback_bytes = 0
 
     @contextmanager
     def upload(self, nbytes: int) -> Iterator[None]:
@@ -284,7 +293,9 @@ class Dispatch:
     def record_upload(self, nbytes: int, seconds: float | None) -> None:
         """An upload measured elsewhere; ``seconds`` None when not separable."""
         rt = self._rt
-        rt._upload_size.add(_bytes(nbytes, "gpu.upload.size"), rt._attrs)
+        n = _bytes(nbytes, "gpu.upload.size")
+        self.upload_bytes += n
+        rt._upload_size.add(n, rt._attrs)
         if seconds is not None:
             rt._upload_duration.record(_seconds(seconds, "gpu.upload.duration"), rt._attrs)
 
@@ -297,7 +308,9 @@ class Dispatch:
 
     def record_readback(self, nbytes: int, seconds: float | None) -> None:
         rt = self._rt
-        rt._readback_size.add(_bytes(nbytes, "gpu.readback.size"), rt._attrs)
+        n = _bytes(nbytes, "gpu.readback.size")
+        self.readback_bytes += n
+        rt._readback_size.add(n, rt._attrs)
         if seconds is not None:
             rt._readback_duration.record(_seconds(seconds, "gpu.readback.duration"),
                                          rt._attrs)
@@ -317,7 +330,7 @@ class Dispatch:
     def record_kernel(self, seconds: float) -> None:
         """Kernel time measured on the device (timestamp queries, CUDA events)."""
         s = _seconds(seconds, "gpu.kernel.duration")
-        self.kernel_s = s
+        self.kernel_s = s if self.kernel_s is None else self.kernel_s + s
         self._rt._kernel_duration.record(s, self._rt._attrs)
 
     def record_kernel_timestamps(self, begin: int, end: int, period_ns: float) -> None:

@@ -24,8 +24,10 @@ from otel_proofscope.gpu.backend import (
     DeviceSample,
     Gap,
     HwState,
+    ProcessUsage,
     vendor_name,
 )
+from otel_proofscope.gpu.processes import ProcessWatch
 from otel_proofscope.semconv import GapReason, GpuCapability
 
 _log = logging.getLogger("otel_proofscope.gpu")
@@ -115,9 +117,43 @@ class NvmlBackend:
                 except nvml.NVMLError as exc:
                     _log.warning("NVML device %d unavailable: %s", i, error_name(exc))
                     continue
-                devs.append(NvmlDevice(nvml, i, handle, driver))
+                dev = NvmlDevice(nvml, i, handle, driver)
+                devs.append(dev)
+                devs += self._mig_instances(dev, driver)
             self._devices = devs
         return self._devices
+
+    def _mig_instances(self, parent: NvmlDevice, driver: str) -> list[NvmlDevice]:
+        """The MIG instances of ``parent``, each its own device with ``hw.parent``.
+
+        A GPU without MIG raises NotSupported from ``nvmlDeviceGetMigMode``; an empty
+        slot raises NotFound from ``nvmlDeviceGetMigDeviceHandleByIndex``.
+        """
+        nvml, h = self.nvml, parent.handle
+        try:
+            current, _pending = nvml.nvmlDeviceGetMigMode(h)
+        except nvml.NVMLError:
+            return []
+        if int(current) != nvml.NVML_DEVICE_MIG_ENABLE:
+            return []
+        try:
+            slots = int(nvml.nvmlDeviceGetMaxMigDeviceCount(h))
+        except nvml.NVMLError as exc:
+            _log.warning("NVML: MIG is on for %s but its instances cannot be counted: %s",
+                         parent.identity.hw_id, error_name(exc))
+            return []
+        out: list[NvmlDevice] = []
+        for j in range(slots):
+            try:
+                mig = nvml.nvmlDeviceGetMigDeviceHandleByIndex(h, j)
+            except nvml.NVMLError as exc:
+                if exc.value != nvml.NVML_ERROR_NOT_FOUND:
+                    _log.warning("NVML: MIG instance %d of %s unavailable: %s", j,
+                                 parent.identity.hw_id, error_name(exc))
+                continue
+            out.append(NvmlDevice(nvml, parent.index, mig, driver, parent=parent.identity,
+                                  mig_index=j))
+        return out
 
     def close(self) -> None:
         if self._closed:
@@ -132,12 +168,17 @@ class NvmlBackend:
 class NvmlDevice:
     """One NVIDIA device; ``sample()`` reads every field once."""
 
-    def __init__(self, nvml: Any, index: int, handle: Any, driver_version: str) -> None:
+    def __init__(self, nvml: Any, index: int, handle: Any, driver_version: str, *,
+                 parent: DeviceIdentity | None = None, mig_index: int | None = None) -> None:
         self.nvml = nvml
         self.index = index
         self.handle = handle
+        self.parent = parent
+        self.mig_index = mig_index
         self._lost = False
         self._lost_reported = False
+        #: NVML timestamp (µs) of the last process-utilization sample seen.
+        self._util_seen_us = 0
         self._identity = self._read_identity(driver_version)
 
     @property
@@ -159,8 +200,12 @@ class NvmlDevice:
                     self._lost = True
                 return default
 
-        name = str(get(lambda: nvml.nvmlDeviceGetName(h), f"NVIDIA GPU {self.index}"))
+        label = (f"NVIDIA GPU {self.index}" if self.mig_index is None
+                 else f"NVIDIA GPU {self.index} MIG {self.mig_index}")
+        name = str(get(lambda: nvml.nvmlDeviceGetName(h), label))
         uuid = str(get(lambda: nvml.nvmlDeviceGetUUID(h), ""))
+        fallback_id = (f"nvml-index-{self.index}" if self.mig_index is None
+                       else f"nvml-index-{self.index}-mig-{self.mig_index}")
         pci = get(lambda: nvml.nvmlDeviceGetPciInfo(h), None)
         vendor_id = device_id = None
         if pci is not None:
@@ -169,12 +214,13 @@ class NvmlDevice:
             device_id = (int(pci.pciDeviceId) >> 16) & 0xFFFF
         return DeviceIdentity(
             backend=BACKEND_NVML,
-            hw_id=uuid or f"nvml-index-{self.index}",
+            hw_id=uuid or fallback_id,
             name=name,
             vendor=vendor_name(vendor_id, "NVIDIA"),
             driver_version=driver_version,
             pci_vendor_id=vendor_id,
             pci_device_id=device_id,
+            parent_hw_id=self.parent.hw_id if self.parent is not None else None,
         )
 
     def sample(self) -> DeviceSample:
@@ -220,6 +266,73 @@ class NvmlDevice:
             measured=frozenset(r.measured),
             gaps=dict(r.gaps),
         )
+
+    def sample_processes(self, watch: ProcessWatch
+                         ) -> tuple[tuple[ProcessUsage, ...], dict[GpuCapability, Gap]]:
+        """The watched processes' memory and SM utilization on this device.
+
+        Memory from ``nvmlDeviceGetComputeRunningProcesses`` and
+        ``nvmlDeviceGetGraphicsRunningProcesses`` (a Vulkan / wgpu prover may be listed as
+        a graphics process; ``usedGpuMemory`` is None where the driver cannot tell, e.g.
+        Windows WDDM); utilization from
+        ``nvmlDeviceGetProcessUtilization`` since the last call, averaged per process
+        (NotFound there means no sample in the interval: no value, not a zero).
+        A failed query is a gap (e.g. NoPermission in a restricted container).
+        """
+        if self._lost:
+            return (), {}
+        r = _Reader(self.nvml)
+        h = self.handle
+        try:
+            procs = r.read(GpuCapability.PROCESS_MEMORY, lambda: self._running_processes(h))
+            samples = self._process_samples(r)
+        except _Lost:
+            self._lost = True
+            return (), {}
+        memory: dict[int, int | None] = {}
+        for p in procs or ():
+            used = getattr(p, "usedGpuMemory", None)
+            memory[int(p.pid)] = None if used is None else int(used)
+        util: dict[int, list[int]] = {}
+        for smp in samples or ():
+            util.setdefault(int(smp.pid), []).append(int(smp.smUtil))
+        mine = watch.watched(set(memory) | set(util))
+        out = tuple(ProcessUsage(
+            pid, memory.get(pid),
+            (sum(util[pid]) / len(util[pid]) / 100.0) if util.get(pid) else None)
+            for pid in sorted(mine))
+        return out, dict(r.gaps)
+
+    def _running_processes(self, h: Any) -> list[Any]:
+        """Compute and graphics processes, one entry per pid (a process using both is
+        listed twice by NVML, with the same memory figure)."""
+        nvml = self.nvml
+        procs = list(nvml.nvmlDeviceGetComputeRunningProcesses(h))
+        try:
+            graphics = list(nvml.nvmlDeviceGetGraphicsRunningProcesses(h))
+        except nvml.NVMLError as exc:
+            if exc.value == nvml.NVML_ERROR_GPU_IS_LOST:
+                raise
+            graphics = []  # compute alone still answers the question
+        seen = {int(p.pid) for p in procs}
+        return procs + [p for p in graphics if int(p.pid) not in seen]
+
+    def _process_samples(self, r: _Reader) -> list[Any] | None:
+        nvml = self.nvml
+
+        def query() -> list[Any]:
+            try:
+                got = list(nvml.nvmlDeviceGetProcessUtilization(self.handle,
+                                                                 self._util_seen_us))
+            except nvml.NVMLError as exc:
+                if exc.value == nvml.NVML_ERROR_NOT_FOUND:
+                    return []  # no sample newer than the last one
+                raise
+            if got:
+                self._util_seen_us = max(int(s.timeStamp) for s in got)
+            return got
+
+        return r.read(GpuCapability.PROCESS_UTILIZATION, query)
 
     def _pcie_counters(self, r: _Reader) -> tuple[int, int]:
         """Cumulative PCIe bytes. Only NVML's cumulative counters are used: the rate from

@@ -23,6 +23,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
 from typing import Any, Literal
 
 from opentelemetry import metrics
@@ -41,7 +42,8 @@ from otel_proofscope.gpu.backend import (
 )
 from otel_proofscope.gpu.evidence import Evidence, EvidenceDedup
 from otel_proofscope.gpu.instruments import instruments_for
-from otel_proofscope.semconv import Attr, Metric, MetricDef
+from otel_proofscope.gpu.processes import ProcessWatch
+from otel_proofscope.semconv import Attr, GpuScope, Metric, MetricDef
 
 _log = logging.getLogger("otel_proofscope.gpu")
 
@@ -53,6 +55,11 @@ DEVICE_METRICS: tuple[MetricDef, ...] = (
     Metric.HW_GPU_MEMORY_UTILIZATION, Metric.HW_GPU_IO, Metric.HW_ERRORS, Metric.HW_STATUS,
     Metric.HW_POWER, Metric.HW_ENERGY, Metric.HW_GPU_TEMPERATURE, Metric.HW_GPU_CLOCK_SM,
     Metric.HW_GPU_CLOCK_MEMORY,
+)
+
+#: Per-process metrics (the watched processes only; see gpu.processes).
+PROCESS_METRICS: tuple[MetricDef, ...] = (
+    Metric.GPU_PROCESS_UTILIZATION, Metric.GPU_PROCESS_MEMORY_USAGE,
 )
 
 _SCALARS: dict[str, Callable[[DeviceSample], float | int | None]] = {
@@ -77,7 +84,10 @@ class Sampler:
                  meter_provider: metrics.MeterProvider | None = None,
                  interval_s: float = 1.0, claims: EvidenceDedup | None = None,
                  evidence: EvidenceMode = "first_dispatch",
-                 on_close: Callable[[], None] | None = None) -> None:
+                 on_close: Callable[[], None] | None = None,
+                 watch: ProcessWatch | None = None, energy: Any = None) -> None:
+        """``watch``: the processes whose per-process usage is reported (None: none).
+        ``energy``: an ``NvmlEnergyMeter`` fed this sampler's power readings."""
         if not isinstance(interval_s, int | float) or not 0.001 <= interval_s <= 3600:
             raise ValueError(f"interval_s must be between 0.001 and 3600 s, got {interval_s!r}")
         if evidence not in ("first_dispatch", "immediately"):
@@ -101,8 +111,13 @@ class Sampler:
         self._failing: set[int] = set()
         self.samples_taken = 0
         self.sample_errors = 0
+        self.watch = watch
+        self.energy = energy
         for d in DEVICE_METRICS:
             inst.observe(d, self)
+        if watch is not None:
+            for d in PROCESS_METRICS:
+                inst.observe(d, self)
 
     # ── lifecycle ────────────────────────────────────────────────────────────────────
 
@@ -162,6 +177,10 @@ class Sampler:
         for i, src in enumerate(self.sources):
             try:
                 s = src.sample()
+                sample_processes = getattr(src, "sample_processes", None)
+                if self.watch is not None and sample_processes is not None:
+                    procs, pgaps = sample_processes(self.watch)
+                    s = replace(s, processes=procs, gaps={**s.gaps, **pgaps})
             except Exception as exc:
                 self.sample_errors += 1
                 if i not in self._failing:
@@ -170,6 +189,8 @@ class Sampler:
                                  src.identity.hw_id, exc)
                 continue
             self._failing.discard(i)
+            if self.energy is not None and s.power_w is not None:
+                self.energy.add_power_sample(s.identity.hw_id, s.power_w)
             with self._lock:
                 self._latest[s.identity.hw_id] = s
             self._account(self._runtime_ids[i], s)
@@ -217,6 +238,16 @@ class Sampler:
                 for direction, v in (("transmit", s.io_transmit), ("receive", s.io_receive)):
                     if v is not None:
                         out.append(Observation(v, {**hw, Attr.NETWORK_IO_DIRECTION: direction}))
+            elif metric is Metric.GPU_PROCESS_UTILIZATION:
+                out.extend(Observation(p.sm_utilization, {
+                    Attr.HW_ID: s.identity.hw_id, Attr.PROCESS_PID: p.pid,
+                    Attr.GPU_SCOPE: GpuScope.PROCESS.value})
+                    for p in s.processes if p.sm_utilization is not None)
+            elif metric is Metric.GPU_PROCESS_MEMORY_USAGE:
+                out.extend(Observation(p.memory_used, {
+                    Attr.HW_ID: s.identity.hw_id, Attr.PROCESS_PID: p.pid,
+                    Attr.GPU_SCOPE: GpuScope.PROCESS.value})
+                    for p in s.processes if p.memory_used is not None)
             elif metric is Metric.HW_ERRORS:
                 out.extend(Observation(n, {**hw, Attr.ERROR_TYPE: kind})
                            for kind, n in s.errors.items())
@@ -230,13 +261,19 @@ class Sampler:
 def start_sampler(meter_provider: metrics.MeterProvider | None = None,
                   interval_s: float = 1.0, *, nvml: Any = None,
                   evidence: EvidenceMode = "first_dispatch",
-                  claims: EvidenceDedup | None = None) -> Sampler | None:
+                  claims: EvidenceDedup | None = None, watch: ProcessWatch | None = None,
+                  energy_per_phase: bool = True) -> Sampler | None:
     """Start sampling every NVIDIA device NVML sees; None when there is none.
 
     wgpu adapters expose no device-level telemetry (utilization, memory, power …), so
     they are not sampled; their gaps are reported by the dispatch runtime instead.
-    ``nvml``: a ``pynvml``-compatible module (default: the real one).
+    ``nvml``: a ``pynvml``-compatible module (default: the real one). ``watch``: whose
+    per-process usage to report (default: this process; ``proofscope run`` adds its
+    child). ``energy_per_phase``: install an NVML energy meter so every proof phase
+    carries ``gpu.energy`` (removed again when the sampler stops).
     """
+    from otel_proofscope import phase_cost
+    from otel_proofscope.gpu.energy import NvmlEnergyMeter
     from otel_proofscope.gpu.nvml import NvmlBackend
 
     try:
@@ -248,5 +285,16 @@ def start_sampler(meter_provider: metrics.MeterProvider | None = None,
     if not devices:
         backend.close()
         return None
+    meter = NvmlEnergyMeter(devices) if energy_per_phase else None
+
+    def close() -> None:
+        if meter is not None and phase_cost.energy_meter() is meter:
+            phase_cost.set_energy_meter(None)
+        backend.close()
+
+    if meter is not None:
+        phase_cost.set_energy_meter(meter)
     return Sampler(devices, meter_provider=meter_provider, interval_s=interval_s,
-                   claims=claims, evidence=evidence, on_close=backend.close).start()
+                   claims=claims, evidence=evidence, on_close=close,
+                   watch=watch if watch is not None else ProcessWatch(),
+                   energy=meter).start()

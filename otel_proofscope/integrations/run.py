@@ -289,6 +289,9 @@ def _run_under(root: ProofHandle, cfg: RunConfig, base_env: Mapping[str, str],
         span.set_attribute(proc_attr.PROCESS_PID, child.pid)
         if mapped is not None:
             mapped.started(child)
+        if sampler is not None and getattr(sampler, "watch", None) is not None:
+            # Per-process GPU usage: the child and its descendants are the prover.
+            sampler.watch.add_root(child.pid)
         returncode = _wait_forwarding_signals(child, cfg, result)
         result.returncode = returncode
         result.exit_code = exit_code_of(returncode)

@@ -147,3 +147,15 @@ def round_bars(nodes: np.ndarray, slot: np.ndarray, slots: np.ndarray,
     half[:, 1] = heights / 2.0
     half[:, 2] = spacing * 0.35
     return centres, half
+
+
+#: Colour of a layer's GPU kernel-time bar (hanging below its node).
+GPU_BAR = 0x26C6DAFF
+
+
+def gpu_bar(node: Vec3, kernel_s: float) -> tuple[Vec3, Vec3]:
+    """(centre, half size) of the GPU-time bar of a layer: below its node, log height
+    on the same scale as the round bars above it."""
+    height = float(bar_heights(np.asarray([kernel_s]))[0])
+    x, y, z = node
+    return (x, y - _BAR_BASE - height / 2.0, z), (0.09, height / 2.0, 0.09)

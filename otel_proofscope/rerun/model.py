@@ -59,6 +59,8 @@ class ProofModel:
     #: Span times are replay times (a recorded proof-stream), not the prover's: no
     #: duration of this proof is plotted, since none was measured.
     replayed: bool = False
+    #: The per-phase GPU series of this proof have their static style (logged once).
+    gpu_styled: bool = False
 
     offset: tuple[float, float, float] = (0.0, 0.0, 0.0)  # set from the ordinal
 

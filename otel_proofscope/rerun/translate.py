@@ -13,6 +13,8 @@ concurrent proofs never overwrite each other and one blueprint filter
     inference/stats/{p}/{mean,std_dev,min,max,sparsity}  (witness data, opt-in)
     inference/{p}/layer_{i}/{output,attn_head_{h}}       (witness data, opt-in)
     logs/{proof,gkr,weights,stark,gpu}/{p}
+    gkr/walk/gpu_time                             a layer's GPU kernel time, a bar below it
+    gpu/phase/kernel_ms/{p}  gpu/phase/energy_j/{p}  gpu/phase/bytes/{p}/{upload,readback}
 
 ``gkr/walk/{nodes,rounds,progress_trail}`` are *accumulating* entities: one row per
 event (a layer starting, a round finishing, a trail segment closing), which the
@@ -65,7 +67,8 @@ from otel_proofscope.semconv import Attr, EventName, LayerKind, SpanName, Stream
 NODES = "gkr/walk/nodes"
 ROUNDS = "gkr/walk/rounds"
 TRAIL = "gkr/walk/progress_trail"
-ACCUMULATING = (NODES, ROUNDS, TRAIL)
+GPU_TIME = "gkr/walk/gpu_time"
+ACCUMULATING = (NODES, ROUNDS, TRAIL, GPU_TIME)
 
 #: Caps that keep a hostile or buggy span from exhausting memory (excess is counted).
 MAX_LAYER_INDEX = 1 << 20
@@ -87,7 +90,7 @@ STREAM_TIMING = StreamAttr.TIMING
 
 _OURS = frozenset({SpanName.PROOF, SpanName.CIRCUIT_COMPILE, SpanName.LAYER,
                    SpanName.WEIGHT_OPENING, SpanName.AGGREGATED_BINDING, SpanName.STARK,
-                   SpanName.VERIFY})
+                   SpanName.VERIFY, SpanName.WITNESS})
 _GPU_EVENTS = frozenset({EventName.GPU_ADAPTER_ACQUIRED, EventName.GPU_CAPABILITY_UNSUPPORTED,
                          EventName.GPU_FAULT, EventName.GPU_RETRY, EventName.GPU_RECOVERY})
 _STATS = (Attr.ACTIVATION_MEAN, Attr.ACTIVATION_STD_DEV, Attr.ACTIVATION_MIN,
@@ -392,11 +395,64 @@ class SpanTranslator:
         elif name == SpanName.STARK:
             self._stark(span, model, frame)
             area = "stark"
+        elif name == SpanName.WITNESS:
+            self._witness_phase(span, model, frame)
+            area = "proof"
         else:  # SpanName.VERIFY
             self._verify(span, model, frame)
             area = "proof"
+        self._gpu_cost(span, model, frame)
         self._common_events(span, events, model, frame, issues, area)
         return True
+
+    def _witness_phase(self, span: ReadableSpan, model: ProofModel, frame: Frame) -> None:
+        start, end = _times(span)
+        model.touch(end)
+        frame.text(f"logs/proof/{model.key}", end,
+                   f"witness generated in {_ms(start, end, model.replayed)}")
+
+    def _gpu_cost(self, span: ReadableSpan, model: ProofModel, frame: Frame) -> None:
+        """A phase's measured GPU cost: the layer's kernel-time bar next to the walk, and
+        kernel time, energy and bytes per phase as series (stamped at the phase's end).
+        The proof span's totals are not plotted (they are the sum of these)."""
+        if span.name == SpanName.PROOF:
+            return
+        a = span.attributes or {}
+        _, end = _times(span)
+        p = model.key
+        layer: int | None = None
+        if span.name == SpanName.LAYER:
+            layer = _int(a, Attr.LAYER_INDEX)
+            if layer is not None and layer > MAX_LAYER_INDEX:
+                layer = None
+        if not model.gpu_styled and (Attr.GPU_DISPATCH_COUNT in a or Attr.GPU_ENERGY in a):
+            # Points, not lines: consecutive phases are different work, not one signal.
+            model.gpu_styled = True
+            for path, name in ((f"gpu/phase/kernel_ms/{p}", f"GPU kernel ms per phase {p}"),
+                               (f"gpu/phase/energy_j/{p}", f"GPU energy J per phase {p} "
+                                "(device-wide)"),
+                               (f"gpu/phase/bytes/{p}/upload", f"bytes uploaded per phase {p}"),
+                               (f"gpu/phase/bytes/{p}/readback",
+                                f"bytes read back per phase {p}")):
+                frame.static(path, rr.SeriesPoints(names=[name]))
+        kernel_s = _num(a, Attr.GPU_KERNEL_TIME)
+        if kernel_s is not None and kernel_s >= 0:
+            frame.scalar(f"gpu/phase/kernel_ms/{p}", end, kernel_s * 1e3)
+            if layer is not None:
+                kind = _str(a, Attr.LAYER_KIND) or LayerKind.UNKNOWN.value
+                centre, half = layout.gpu_bar(
+                    layout.node_position(layer, kind, model.offset), kernel_s)
+                frame.boxes(GPU_TIME, np.asarray([end], dtype=np.int64),
+                            np.asarray([centre]), np.asarray([half]),
+                            np.asarray([layout.GPU_BAR], dtype=np.uint32))
+        energy = _num(a, Attr.GPU_ENERGY)
+        if energy is not None and energy >= 0:
+            frame.scalar(f"gpu/phase/energy_j/{p}", end, energy)
+        for key, direction in ((Attr.GPU_UPLOAD_SIZE, "upload"),
+                               (Attr.GPU_READBACK_SIZE, "readback")):
+            nbytes = _int(a, key)
+            if nbytes is not None and _int(a, Attr.GPU_DISPATCH_COUNT):
+                frame.scalar(f"gpu/phase/bytes/{p}/{direction}", end, float(nbytes))
 
     def _proof(self, span: ReadableSpan, model: ProofModel, frame: Frame) -> None:
         a = span.attributes or {}

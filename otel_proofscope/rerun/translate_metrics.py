@@ -10,7 +10,9 @@ counters as rates or running totals, whichever temporality the reader delivers
 (cumulative, the SDK default, is differenced here). Upload / readback bandwidth is the
 bytes moved in the interval over the transfer time spent in it — a real effective
 bandwidth, not bytes over wall time. ``gpu.capability.unsupported`` points feed the
-capability-gap table (``gpu/capability_gaps``) and a warning on ``logs/gpu``.
+capability-gap table (``gpu/capability_gaps``) and a warning on ``logs/gpu``. The
+per-phase GPU cost counters (``gpu.phase.*``) are not drawn: the span translation plots
+the same figures per phase, exactly, from the spans (``gpu/phase/…``).
 """
 
 from __future__ import annotations
@@ -76,9 +78,13 @@ _BANDWIDTH: dict[str, tuple[str, str]] = {
 }
 _BANDWIDTH_DURATIONS = {d: prefix for prefix, d in _BANDWIDTH.values()}
 
+#: Counters whose figures the span translation already draws per phase (gpu/phase/…).
+_FROM_SPANS = frozenset({Metric.GPU_PHASE_KERNEL_TIME.name, Metric.GPU_PHASE_ENERGY.name,
+                         Metric.GPU_PHASE_TRANSFER_SIZE.name})
+
 #: Attributes that identify the device rather than the series.
 _IDENTITY = frozenset({Attr.HW_ID, Attr.HW_TYPE, Attr.HW_NAME, Attr.HW_VENDOR,
-                       Attr.HW_DRIVER_VERSION, Attr.GPU_BACKEND})
+                       Attr.HW_DRIVER_VERSION, Attr.HW_PARENT, Attr.GPU_BACKEND})
 
 #: Series whose previous point is remembered (for deltas); beyond this, counted.
 MAX_SERIES = 4096
@@ -151,6 +157,8 @@ class MetricTranslator:
     def _metric(self, metric: Any, frame: Frame, issues: MetricIssues,
                 transfers: dict[tuple[str, str, str], list[float]]) -> None:
         name = str(metric.name)
+        if name in _FROM_SPANS:
+            return
         data = metric.data
         for point in data.data_points:
             issues.points += 1
@@ -161,6 +169,7 @@ class MetricTranslator:
             if name == Metric.GPU_CAPABILITY_UNSUPPORTED.name:
                 self._gap(attrs, step.time, frame)
                 continue
+
             if name in _BANDWIDTH or name in _BANDWIDTH_DURATIONS:
                 prefix = _BANDWIDTH[name][0] if name in _BANDWIDTH else _BANDWIDTH_DURATIONS[name]
                 slot = transfers.setdefault((prefix, _device(attrs), _suffix(attrs)),
