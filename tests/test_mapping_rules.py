@@ -41,7 +41,7 @@ def test_presets_load_by_name_and_cite_every_name_they_match() -> None:
         cited = "\n".join(rules.meta.sources)
         # every source is "owner/repo: path (…)"
         for source in rules.meta.sources:
-            assert re.match(r"^[\w.-]+/[\w.-]+: \S+\.rs \(", source), source
+            assert re.match(r"^[\w.-]+/[\w.-]+: \S+\.\w+ \(", source), source
         for rule in rules.spans:
             names = [rule.match.name] if rule.match.name else []
             if rule.match.regex is not None:
