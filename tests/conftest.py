@@ -28,6 +28,28 @@ def _clean_ledgers(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     # A test that started an NVML sampler and did not stop it must not leave its
     # process-wide energy meter to the next test.
     phase_cost.set_energy_meter(None)
+    _reset_otel_globals()
+
+
+def _reset_otel_globals() -> None:
+    """Forget the process-wide providers a CLI command installed in this test.
+
+    In-process CLI tests (`main(["import", …])`) install and then shut down global
+    providers, which the OTel API lets a process set only once: every later
+    `get_meter()` would warn and hand out a no-op meter. This is what
+    opentelemetry-test-utils' reset_*_globals do.
+    """
+    import opentelemetry.trace as trace_api
+    from opentelemetry.metrics import _internal as metrics_api
+    from opentelemetry.trace import ProxyTracerProvider
+    from opentelemetry.util._once import Once
+
+    trace_api._TRACER_PROVIDER_SET_ONCE = Once()
+    trace_api._TRACER_PROVIDER = None
+    trace_api._PROXY_TRACER_PROVIDER = ProxyTracerProvider()
+    metrics_api._METER_PROVIDER_SET_ONCE = Once()
+    metrics_api._METER_PROVIDER = None
+    metrics_api._PROXY_METER_PROVIDER = metrics_api._ProxyMeterProvider()
 
 
 class Pipeline:
