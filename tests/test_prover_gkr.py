@@ -183,3 +183,45 @@ def test_truncated_layer_list_is_rejected(honest: tuple[Network, Proof]) -> None
     net, proof = honest
     assert not verify(net, _tampered(proof, lambda p: p.layers.pop())).ok
     assert not verify(net, _tampered(proof, lambda p: p.layers[0].round_polys.pop())).ok
+
+
+@pytest.mark.parametrize("bad", [b"", b"\x00" * 31, b"\x00" * 33], ids=len)
+def test_commitment_of_wrong_length_is_rejected(honest: tuple[Network, Proof],
+                                                bad: bytes) -> None:
+    """An empty commitment once fell back to the model's own and verified, and its
+    encoding could not be decoded."""
+    net, proof = honest
+    idx = min(proof.commitments)
+    forged = _tampered(proof, lambda p: p.commitments.__setitem__(idx, bad))
+    result = verify(net, forged)
+    assert not result.ok
+    assert f"commitment for layer {idx} is {len(bad)} bytes" in result.reason
+    with pytest.raises(ValueError, match=f"{len(bad)} bytes"):
+        forged.to_bytes()
+
+
+def test_decoding_checks_declared_lengths(honest: tuple[Network, Proof]) -> None:
+    _, proof = honest
+    data = proof.to_bytes()
+    # A header claiming a huge output is refused before anything is read.
+    huge = bytearray(data)
+    huge[6:14] = (1 << 16).to_bytes(4, "little") * 2
+    with pytest.raises(ValueError, match="65536×65536 output need"):
+        Proof.from_bytes(bytes(huge))
+    # The same commitment index twice.
+    one = min(proof.commitments)
+    twice = _tampered(proof, lambda p: None)
+    raw = bytearray(twice.to_bytes())
+    at = raw.index(proof.commitments[one]) - 4
+    nxt = at + 4 + 32
+    raw[nxt:nxt + 4] = raw[at:at + 4]
+    with pytest.raises(ValueError, match=f"two commitments for layer {one}"):
+        Proof.from_bytes(bytes(raw))
+    # A has-weight byte that is neither 0 nor 1.
+    last = proof.layers[-1]
+    tail = last.input_eval.to_bytes()
+    pos = data.rindex(tail) + len(tail)
+    flagged = bytearray(data)
+    flagged[pos] = 7
+    with pytest.raises(ValueError, match="has-weight byte 7"):
+        Proof.from_bytes(bytes(flagged))
