@@ -405,22 +405,24 @@ class ProofTracer:
     # ── hot path ─────────────────────────────────────────────────────────────────────
 
     def sumcheck_round(self, round: int, poly: Lazy, claim: Lazy,
-                       degree: int | None = None) -> None:
+                       degree: int | None = None, challenge: Lazy = None) -> None:
         """Record one finished sumcheck round on the current layer span, live.
 
         ``poly`` is the round polynomial g as its evaluations g(0), g(1), …, g(d) (field
         elements), so a reader can check g(0) + g(1) against the previous claim without
         knowing the basis. ``claim`` is the claim after this round, g(r) at the round's
-        challenge r (``None`` when the producer does not know it). Both may be
-        zero-argument callables, only called when something records. Never raises: bad
-        input becomes an event with ``error.type`` and a ``proofscope.rejected`` count.
+        challenge r (``None`` when the producer does not know it). ``challenge`` is
+        that r, the round's Fiat–Shamir challenge (``None``: not recorded); with it a
+        reader can redo g(r) = claim. All three may be zero-argument callables, only
+        called when something records. Never raises: bad input becomes an event with
+        ``error.type`` and a ``proofscope.rejected`` count.
         """
         if not _active_layers:
             return
         layer = _current_layer.get()
         if layer is None:
             return
-        _record_round(layer, round, poly, claim, degree)
+        _record_round(layer, round, poly, claim, degree, challenge)
 
     def layer_activation(self, stats: ActivationStats | Callable[[], ActivationStats]) -> None:
         """Activation statistics of the current layer (witness data; off by default)."""
@@ -561,7 +563,7 @@ def circuit_attributes(nodes: Sequence[CircuitNode]) -> dict[str, AttributeValue
 
 
 def _record_round(layer: _LayerState, round: int, poly: Lazy, claim: Lazy,
-                  degree: int | None) -> None:
+                  degree: int | None, challenge: Lazy = None) -> None:
     span = layer.span
     error: str | None = None
     try:
@@ -571,8 +573,10 @@ def _record_round(layer: _LayerState, round: int, poly: Lazy, claim: Lazy,
             raise ValueError("poly: a round polynomial needs at least one coefficient")
         claim_v = claim() if callable(claim) else claim
         claim_s = None if claim_v is None else fields.canonical(claim_v)
+        chal_v = challenge() if callable(challenge) else challenge
+        chal_s = None if chal_v is None else fields.canonical(chal_v)
     except (ValueError, TypeError) as exc:
-        REJECTIONS.record("poly/claim", "not_a_field_element")
+        REJECTIONS.record("poly/claim/challenge", "not_a_field_element")
         span.add_event(EventName.SUMCHECK_ROUND, {
             Attr.SUMCHECK_ROUND: round if isinstance(round, int) else -1,
             Attr.ERROR_TYPE: "invalid_field_element", "exception.message": str(exc)[:200]})
@@ -589,6 +593,8 @@ def _record_round(layer: _LayerState, round: int, poly: Lazy, claim: Lazy,
         Attr.SUMCHECK_DEGREE: degree if degree is not None else len(poly_s) - 1,
         Attr.SUMCHECK_POLY: poly_s,
     }
+    if chal_s is not None:
+        attrs[Attr.SUMCHECK_CHALLENGE] = chal_s
     if claim_s is not None:
         attrs[Attr.CLAIM] = claim_s
     if error is None:
@@ -620,14 +626,15 @@ def get_tracer() -> ProofTracer:
     return _default
 
 
-def sumcheck_round(round: int, poly: Lazy, claim: Lazy, degree: int | None = None) -> None:
+def sumcheck_round(round: int, poly: Lazy, claim: Lazy, degree: int | None = None,
+                   challenge: Lazy = None) -> None:
     """Module-level hot-path shortcut for :meth:`ProofTracer.sumcheck_round`."""
     if not _active_layers:
         return
     layer = _current_layer.get()
     if layer is None:
         return
-    _record_round(layer, round, poly, claim, degree)
+    _record_round(layer, round, poly, claim, degree, challenge)
 
 
 def current_span() -> Span | None:

@@ -51,6 +51,7 @@ class Attr:
     SUMCHECK_ROUND = "proof.sumcheck.round"
     SUMCHECK_DEGREE = "proof.sumcheck.degree"
     SUMCHECK_POLY = "proof.sumcheck.poly"
+    SUMCHECK_CHALLENGE = "proof.sumcheck.challenge"
     CLAIM = "proof.claim"
 
     WEIGHT_NODE_ID = "proof.weight.node_id"
@@ -469,10 +470,14 @@ SPANS: tuple[SpanDef, ...] = (
 EVENTS: tuple[EventDef, ...] = (
     EventDef(EventName.SUMCHECK_ROUND, "One sumcheck round, emitted live on its layer span. "
              "`proof.sumcheck.poly`: the round polynomial's evaluations g(0)…g(d); "
-             "`proof.claim`: the claim after the round, g(r) at its challenge (absent when "
+             "`proof.sumcheck.challenge`: the round's Fiat–Shamir challenge r, in the same "
+             "canonical form as claims (absent when the producer does not report it); "
+             "`proof.claim`: the claim after the round, g(r) at that challenge (absent when "
              "unknown); so g(0)+g(1) equals the previous round's claim "
-             "(`proof.claim.initial` for round 0)",
-             (Attr.SUMCHECK_ROUND, Attr.SUMCHECK_DEGREE, Attr.SUMCHECK_POLY, Attr.CLAIM)),
+             "(`proof.claim.initial` for round 0), and with the challenge a reader can "
+             "recompute g(r) from the evaluations by Lagrange interpolation",
+             (Attr.SUMCHECK_ROUND, Attr.SUMCHECK_DEGREE, Attr.SUMCHECK_POLY,
+              Attr.SUMCHECK_CHALLENGE, Attr.CLAIM)),
     EventDef(EventName.LAYER_ACTIVATION, "Activation statistics of a layer's output",
              (Attr.LAYER_INDEX, Attr.ACTIVATION_MEAN, Attr.ACTIVATION_STD_DEV,
               Attr.ACTIVATION_MIN, Attr.ACTIVATION_MAX, Attr.ACTIVATION_SPARSITY,

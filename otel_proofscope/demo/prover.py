@@ -201,12 +201,13 @@ def _prove_instrumented(tracer: ProofTracer, layer: LayerSpec, acts: list[U64Arr
         if layer.kind is LayerKind.ATTENTION and layer.rows <= 64:
             tracer.attention_heatmap(0, 1, layer.attention_scores)
 
-        def on_round(rnd: int, evals: list[QM31], after: QM31) -> None:
-            # Evaluations at t = 0..d and g(r): enough for a reader to redo the check.
-            # Limb tuples, built only if the layer records (their canonical form is the
-            # same as QM31's, and cheaper to produce).
+        def on_round(rnd: int, evals: list[QM31], r: QM31, after: QM31) -> None:
+            # Evaluations at t = 0..d, the challenge r and g(r): enough for a reader to
+            # redo both checks, g(0) + g(1) = claim and g(r) = next claim. Limb tuples,
+            # built only if the layer records (their canonical form is the same as
+            # QM31's, and cheaper to produce).
             tracer.sumcheck_round(rnd, lambda: [e.limbs for e in evals],
-                                  lambda: after.limbs, degree)
+                                  lambda: after.limbs, degree, challenge=lambda: r.limbs)
 
         step = prove_layer(layer, acts[i], claim, transcript, mm, on_round)
         out.append(step.proof)

@@ -396,12 +396,16 @@ class StreamBridge:
         previous = top.extra.pop("pending_round", None)
         if previous is not None:
             self._record_round(previous, claim)
-        top.extra["pending_round"] = (ev.round, evaluations(coeffs), len(coeffs) - 1)
+        challenge = None if ev.challenge is None else ev.challenge.limbs()
+        top.extra["pending_round"] = (ev.round, evaluations(coeffs), len(coeffs) - 1,
+                                      challenge)
 
-    def _record_round(self, pending: tuple[int, list[tuple[int, ...]], int],
+    def _record_round(self, pending: tuple[int, list[tuple[int, ...]], int,
+                                           tuple[int, ...] | None],
                       claim: tuple[int, ...] | None) -> None:
-        round_index, evals, degree = pending
-        self.tracer.sumcheck_round(round_index, evals, claim, degree=degree)
+        round_index, evals, degree, challenge = pending
+        self.tracer.sumcheck_round(round_index, evals, claim, degree=degree,
+                                   challenge=challenge)
 
     def _layer_end(self, ev: s.LayerEnd) -> None:
         entry = self._end("layer", "LayerEnd", ev.layer_idx)

@@ -235,7 +235,7 @@ _STRUCTS: dict[str, _Conv] = {
         "poly_deg2": _Opt(_struct(s.RoundPolyViz, {"c0": _qm31, "c1": _qm31, "c2": _qm31})),
         "poly_deg3": _Opt(_struct(s.RoundPolyDeg3Viz, {
             "c0": _qm31, "c1": _qm31, "c2": _qm31, "c3": _qm31})),
-        "claim_value_approx": _f32}),
+        "claim_value_approx": _f32, "challenge": _Opt(_qm31)}),
     "LayerEnd": _struct(s.LayerEnd, {
         "layer_idx": _usize, "kind": _enum(s.LAYER_PROOF_KINDS),
         "final_claim_value_approx": _f32, "duration_ms": _u64, "rounds_completed": _usize}),
