@@ -344,3 +344,24 @@ def test_otlp_endpoint_replaces_the_files(tmp_path: Path) -> None:
     assert "proof.layer.duration" in received["metrics"]
     assert not (tmp_path / "traces.jsonl").exists()
     assert "exported to otlp" in proc.stdout
+
+
+def test_summary_states_both_soundness_figures(run: tuple[Path, str]) -> None:
+    from otel_proofscope.demo.circuit import HASH_QUERIES_LOG2
+
+    _, stdout = run
+    net = build_network(LAYERS, WIDTH)
+    line = next(x for x in stdout.splitlines() if "soundness" in x)
+    assert f"{net.soundness_bits():.1f} bits interactive" in line
+    assert (f"{net.fiat_shamir_bits():.1f} bits non-interactive (Fiat–Shamir, against "
+            f"2^{HASH_QUERIES_LOG2} hash queries)") in line
+
+
+def test_readme_and_prover_doc_state_both_soundness_figures() -> None:
+    root = Path(__file__).resolve().parent.parent
+    net = build_network()
+    readme = (root / "README.md").read_text()
+    assert f"~{net.soundness_bits():.0f} bits interactive" in readme
+    assert f"~{net.fiat_shamir_bits():.1f} bits non-interactive (Fiat–Shamir)" in readme
+    doc = (root / "docs" / "prover.md").read_text()
+    assert f"**{net.soundness_bits():.2f} bits** | **{net.fiat_shamir_bits():.2f} bits**" in doc

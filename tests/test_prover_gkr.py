@@ -225,3 +225,16 @@ def test_decoding_checks_declared_lengths(honest: tuple[Network, Proof]) -> None
     flagged[pos] = 7
     with pytest.raises(ValueError, match="has-weight byte 7"):
         Proof.from_bytes(bytes(flagged))
+
+
+def test_fiat_shamir_bound_from_its_hash_budget() -> None:
+    """The non-interactive figure, written out here: T·max(m_out, d)/p^4 + T²/2^256."""
+    import math
+
+    net = build_network()  # 32 rows × 32 columns: m_out = 10 > every degree (≤ 3)
+    for log_t in (0, 20, 40, 64):
+        t = 2.0 ** log_t
+        expected = -math.log2(t * 10 / float(P) ** 4 + t * t / 2.0 ** 256)
+        assert net.fiat_shamir_bits(log_t) == pytest.approx(expected, abs=1e-9)
+    # The demo's budget costs ~36 bits against the interactive bound.
+    assert net.fiat_shamir_bits(40) < net.soundness_bits() - 30

@@ -41,6 +41,9 @@ PATTERN: tuple[LayerKind, ...] = (
 
 _PU = np.uint64(P)
 
+#: Hash-query budget the Fiat–Shamir soundness figure assumes (2^40 BLAKE2s calls).
+HASH_QUERIES_LOG2 = 40
+
 
 @dataclass
 class LayerSpec:
@@ -154,6 +157,22 @@ class Network:
         out_vars = log2_exact(self.rows) + log2_exact(self.width)
         numerator = out_vars + sum(layer.rounds * layer.degree for layer in self.layers)
         return 4 * math.log2(P) - math.log2(numerator)
+
+    def fiat_shamir_bits(self, hash_queries_log2: int = HASH_QUERIES_LOG2) -> float:
+        """−log2 of the non-interactive (Fiat–Shamir) soundness error for an adversary
+        making 2^``hash_queries_log2`` BLAKE2s queries (see docs/prover.md).
+
+        In the random-oracle model the protocol's round-by-round error is the largest
+        error of one challenge: m_out/|F| for the output point (a multilinear polynomial
+        in m_out variables, drawn at once) or d/|F| for a sumcheck round. An adversary
+        making T queries succeeds with probability ≤ T·that/|F|, plus T²/2^256 for a
+        BLAKE2s-256 collision.
+        """
+        out_vars = log2_exact(self.rows) + log2_exact(self.width)
+        d_max = max([out_vars, *(layer.degree for layer in self.layers)])
+        t = 2.0 ** hash_queries_log2
+        error = t * d_max / float(P) ** 4 + t * t / 2.0 ** 256
+        return -math.log2(error)
 
 
 def _attention_matrix(rows: int, rng: np.random.Generator) -> U64Array:

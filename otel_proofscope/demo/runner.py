@@ -17,7 +17,7 @@ from typing import Any
 
 from opentelemetry import metrics, trace
 
-from otel_proofscope.demo.circuit import Network, build_network
+from otel_proofscope.demo.circuit import HASH_QUERIES_LOG2, Network, build_network
 from otel_proofscope.demo.field import MatmulFn, m31_matmul
 from otel_proofscope.demo.prover import Progress, ProveResult, prove
 from otel_proofscope.instrumentation import ProofTracer
@@ -99,8 +99,10 @@ class DemoResult:
             f"network: {net.name}, {len(net.layers)} layers, {net.rows}×{net.width} "
             f"activations, backend {o.backend}" + (f" ({self.hw_id})" if self.hw_id else ""),
             f"proof: {p.size:,} bytes, {len(p.proof.layers)} layer proofs, "
-            f"{p.proof.weight_openings} weight openings, {p.rounds} sumcheck rounds, "
-            f"soundness {p.soundness_bits:.1f} bits",
+            f"{p.proof.weight_openings} weight openings, {p.rounds} sumcheck rounds",
+            f"soundness: {p.soundness_bits:.1f} bits interactive, "
+            f"{net.fiat_shamir_bits():.1f} bits non-interactive (Fiat–Shamir, against "
+            f"2^{HASH_QUERIES_LOG2} hash queries)",
             f"time: prove {p.prove_s * 1e3:.1f} ms, verify {p.verify_s * 1e3:.1f} ms, "
             f"wall {self.wall_s:.2f} s",
             "time per layer kind: " + ", ".join(
