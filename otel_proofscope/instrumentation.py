@@ -114,6 +114,17 @@ class _LayerState:
     start_ns: int
     rounds_done: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
+    recording: bool = False
+
+
+def span_seconds(span: Span, start_perf_ns: int) -> float:
+    """Duration of an ended span from its own timestamps, so a metric, a summary and a
+    trace viewer show one measurement; the monotonic clock since ``start_perf_ns`` for a
+    span that keeps no times (a non-SDK or no-op span)."""
+    start, end = getattr(span, "start_time", None), getattr(span, "end_time", None)
+    if isinstance(start, int) and isinstance(end, int):
+        return (end - start) / 1e9
+    return (time.perf_counter_ns() - start_perf_ns) / 1e9
 
 
 _current_proof: ContextVar[_ProofState | None] = ContextVar("proofscope_proof", default=None)
@@ -317,29 +328,36 @@ class ProofTracer:
                   rounds: int) -> Iterator[LayerHandle]:
         global _active_layers
         start = time.perf_counter_ns()
-        with self._span(SpanName.LAYER, attrs) as span:
-            recording = span.is_recording()
-            state = _LayerState(span, _current_proof.get(), index, kind, rounds, start)
-            token = _current_layer.set(state)
-            if recording:
-                with _active_lock:
-                    _active_layers += 1
-            try:
-                yield LayerHandle(span)
-            finally:
-                _current_layer.reset(token)
+        state: _LayerState | None = None
+        try:
+            with self._span(SpanName.LAYER, attrs) as span:
+                recording = span.is_recording()
+                state = _LayerState(span, _current_proof.get(), index, kind, rounds, start,
+                                    recording=recording)
+                token = _current_layer.set(state)
                 if recording:
                     with _active_lock:
-                        _active_layers -= 1
-                    proof = state.proof
-                    system = proof.system if proof else "unknown"
-                    m_attrs: dict[str, AttributeValue] = {Attr.PROOF_SYSTEM: system,
-                                                          Attr.LAYER_KIND: kind}
-                    self._layer_duration.record(
-                        (time.perf_counter_ns() - start) / 1e9,
-                        {**m_attrs, Attr.PROOF_BACKEND: proof.backend if proof else "unknown"})
-                    if state.rounds_done:
-                        self._round_count.add(state.rounds_done, m_attrs)
+                        _active_layers += 1
+                try:
+                    yield LayerHandle(span)
+                finally:
+                    _current_layer.reset(token)
+                    if recording:
+                        with _active_lock:
+                            _active_layers -= 1
+        finally:
+            # After the span has ended: the metric is the span's own duration (one
+            # measurement, the same number a trace viewer shows).
+            if state is not None and state.recording:
+                proof = state.proof
+                system = proof.system if proof else "unknown"
+                m_attrs: dict[str, AttributeValue] = {Attr.PROOF_SYSTEM: system,
+                                                      Attr.LAYER_KIND: kind}
+                self._layer_duration.record(
+                    span_seconds(state.span, start),
+                    {**m_attrs, Attr.PROOF_BACKEND: proof.backend if proof else "unknown"})
+                if state.rounds_done:
+                    self._round_count.add(state.rounds_done, m_attrs)
 
     def weight_opening(self, *, node_id: int | str, eval_point_length: int) -> _Phase:
         attrs: dict[str, AttributeValue] = {

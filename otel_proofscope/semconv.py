@@ -419,7 +419,8 @@ class Metric:
                                (Attr.PROOF_SYSTEM, Attr.PROOF_BACKEND, Attr.PROOF_VERIFIED),
                                SECONDS_BUCKETS)
     PROOF_LAYER_DURATION = MetricDef("proof.layer.duration", _K.HISTOGRAM, "s",
-                                     "Wall time of one layer proof",
+                                     "Wall time of one layer proof: its `proof.layer` "
+                                     "span's duration (the same measurement)",
                                      (Attr.PROOF_SYSTEM, Attr.PROOF_BACKEND, Attr.LAYER_KIND),
                                      SECONDS_BUCKETS)
     PROOF_SUMCHECK_ROUND_COUNT = MetricDef("proof.sumcheck.round.count", _K.COUNTER, "{round}",

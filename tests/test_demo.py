@@ -365,3 +365,28 @@ def test_readme_and_prover_doc_state_both_soundness_figures() -> None:
     assert f"~{net.fiat_shamir_bits():.1f} bits non-interactive (Fiat–Shamir)" in readme
     doc = (root / "docs" / "prover.md").read_text()
     assert f"**{net.soundness_bits():.2f} bits** | **{net.fiat_shamir_bits():.2f} bits**" in doc
+
+
+def test_layer_duration_is_one_measurement_in_span_metric_and_summary(
+        run: tuple[Path, str]) -> None:
+    """Per layer kind: the spans' durations, the proof.layer.duration histogram sum and
+    the CLI's "time per layer kind" are the same number."""
+    out, stdout = run
+    span_s: Counter[str] = Counter()
+    for line in (out / "traces.jsonl").read_text().splitlines():
+        for rs in json.loads(line)["resourceSpans"]:
+            for ss in rs["scopeSpans"]:
+                for s in ss["spans"]:
+                    if s["name"] == SpanName.LAYER:
+                        kind = _attrs(s["attributes"])[Attr.LAYER_KIND]
+                        span_s[kind] += (int(s["endTimeUnixNano"])
+                                         - int(s["startTimeUnixNano"])) / 1e9
+    metric_s: Counter[str] = Counter()
+    for p in read_metric_points(out / "metrics.jsonl")["proof.layer.duration"]:
+        metric_s[p["attributes"][Attr.LAYER_KIND]] += float(p["sum"])
+    assert set(span_s) == set(metric_s)
+    for kind, seconds in span_s.items():
+        assert metric_s[kind] == pytest.approx(seconds, abs=1e-9), kind
+    line = next(x for x in stdout.splitlines() if "time per layer kind:" in x)
+    for kind, seconds in span_s.items():
+        assert f"{kind} {seconds * 1e3:.1f} ms" in line, (kind, seconds, line)
