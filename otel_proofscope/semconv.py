@@ -573,3 +573,6 @@ def render_markdown() -> str:
     out.append("")
     return "\n".join(out)
 
+
+#: ``proofscope.sink`` of the Rerun sink (drop counts, the exit summary).
+SINK_RERUN = "rerun"

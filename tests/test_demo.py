@@ -390,3 +390,42 @@ def test_layer_duration_is_one_measurement_in_span_metric_and_summary(
     line = next(x for x in stdout.splitlines() if "time per layer kind:" in x)
     for kind, seconds in span_s.items():
         assert f"{kind} {seconds * 1e3:.1f} ms" in line, (kind, seconds, line)
+
+
+@pytest.mark.parametrize("display", [None, ":99"], ids=["no-display", "dead-display"])
+def test_spawn_without_a_usable_display_is_reported_not_claimed(tmp_path: Path,
+                                                                 display: str | None) -> None:
+    """`demo --rerun spawn` where no viewer can open a window: the summary never says the
+    viewer received the recording; it counts the loss (or says delivery is unconfirmed)
+    and suggests --rerun file: plus `rerun FILE`."""
+    env = _env()
+    for var in ("DISPLAY", "WAYLAND_DISPLAY", "WAYLAND_SOCKET"):
+        env.pop(var, None)
+    if display is not None:
+        env["DISPLAY"] = display  # an X server that does not exist: the viewer dies
+    proc = subprocess.run([sys.executable, "-m", "otel_proofscope", "demo", "--out",
+                           str(tmp_path), "--layers", "3", "--width", "8", "--rerun", "spawn"],
+                          capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = proc.stdout
+    assert "received the recording" not in out and "sent to the spawned" not in out, out
+    rrd = tmp_path / "proofscope.rrd"
+    assert f"--rerun file:{rrd}, then open it with: rerun {rrd}" in out
+    if display is None:
+        assert "dropped: nothing" not in out
+        assert "spans → rerun (sink_unavailable)" in out
+        assert "no display" in proc.stderr  # the sink's one warning says why
+
+
+def test_no_display_detection(monkeypatch: pytest.MonkeyPatch) -> None:
+    from otel_proofscope.rerun.sink import no_display
+
+    for var in ("DISPLAY", "WAYLAND_DISPLAY", "WAYLAND_SOCKET"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setattr(sys, "platform", "linux")
+    assert no_display() is not None and "--rerun file:" in str(no_display())
+    monkeypatch.setenv("WAYLAND_DISPLAY", "wayland-0")
+    assert no_display() is None
+    monkeypatch.delenv("WAYLAND_DISPLAY")
+    monkeypatch.setattr(sys, "platform", "darwin")
+    assert no_display() is None
