@@ -21,7 +21,7 @@ from otel_proofscope.demo.circuit import HASH_QUERIES_LOG2, Network, build_netwo
 from otel_proofscope.demo.field import MatmulFn, m31_matmul
 from otel_proofscope.demo.prover import Progress, ProveResult, prove
 from otel_proofscope.instrumentation import ProofTracer
-from otel_proofscope.pipeline.drops import DROPS
+from otel_proofscope.ledger import DROPS
 from otel_proofscope.semconv import SINK_RERUN
 
 _log = logging.getLogger(__name__)
@@ -204,7 +204,7 @@ def run_demo(options: DemoOptions) -> DemoResult:
         return DemoResult(options, network, result, time.perf_counter() - start,
                           hw_id=hw_id)
 
-    from otel_proofscope.pipeline.config import configure
+    from otel_proofscope.setup import configure
 
     target = options.rerun_target()
     note = ""

@@ -27,9 +27,9 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from otel_proofscope import instrumentation
-from otel_proofscope.pipeline.drops import DROPS
+from otel_proofscope.ledger import DROPS
 from otel_proofscope.rerun import sink as sinks
-from otel_proofscope.rerun.sink import SINK, RerunSink, Target, parse_target
+from otel_proofscope.rerun.sink import LEDGER_SINK, RerunSink, Target, parse_target
 from otel_proofscope.semconv import DropReason
 
 _log = logging.getLogger(__name__)
@@ -42,8 +42,8 @@ ENV_TIMEOUT = "PROOFSCOPE_SHUTDOWN_TIMEOUT"
 def _lose_spans(spans: Sequence[ReadableSpan], reason: DropReason) -> None:
     # Spans and their events, as every other sink counts them (the exit report's
     # delivered figures subtract both).
-    DROPS.record("spans", SINK, reason, len(spans))
-    DROPS.record("span_events", SINK, reason, sum(len(s.events) for s in spans))
+    DROPS.record("spans", LEDGER_SINK, reason, len(spans))
+    DROPS.record("span_events", LEDGER_SINK, reason, sum(len(s.events) for s in spans))
 
 
 def show_witness(explicit: bool | None) -> bool:
@@ -145,7 +145,7 @@ class RerunMetricExporter(MetricExporter):
         if self.sink is None:
             return MetricExportResult.SUCCESS
         if self._closed:
-            DROPS.record("metric_points", SINK, DropReason.SHUTDOWN, sum(
+            DROPS.record("metric_points", LEDGER_SINK, DropReason.SHUTDOWN, sum(
                 len(m.data.data_points) for rm in metrics_data.resource_metrics
                 for sm in rm.scope_metrics for m in sm.metrics))
             return MetricExportResult.FAILURE

@@ -46,11 +46,12 @@ from opentelemetry.sdk.metrics.view import Aggregation
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from otel_proofscope.pipeline.drops import DROPS, DropLedger
+from otel_proofscope.ledger import DROPS, DropLedger
+from otel_proofscope.otlp.encode import encode_metrics_request
 from otel_proofscope.pipeline.forking import after_fork_in_child
 from otel_proofscope.rerun.exporter import env_float, show_witness
 from otel_proofscope.rerun.shared import SharedByTarget
-from otel_proofscope.rerun.sink import SINK, Target, parse_target
+from otel_proofscope.rerun.sink import LEDGER_SINK, Target, parse_target
 from otel_proofscope.rerun.span_wire import pack_spans
 from otel_proofscope.semconv import DropReason
 
@@ -101,7 +102,7 @@ def usable_cpus() -> int:
 
 
 def enabled(explicit: bool | None = None) -> bool:
-    """Whether :func:`~otel_proofscope.pipeline.config.configure` translates in a child.
+    """Whether :func:`~otel_proofscope.setup.configure` translates in a child.
 
     ``explicit`` if given, else ``PROOFSCOPE_RERUN_PROCESS`` (``1`` / ``0``), else
     automatic: a child where at least ``AUTO_MIN_CPUS`` CPUs are usable. There the
@@ -121,7 +122,7 @@ def enabled(explicit: bool | None = None) -> bool:
 
 def _lose(ledger: DropLedger, counts: Counts, reason: str) -> None:
     for signal, n in counts.as_dict().items():
-        ledger.record(signal, SINK, reason, n)
+        ledger.record(signal, LEDGER_SINK, reason, n)
 
 
 @dataclass
@@ -470,12 +471,7 @@ class RerunProcessMetricExporter(MetricExporter):
             _lose(DROPS, counts, DropReason.SHUTDOWN)
             return MetricExportResult.FAILURE
         try:
-            # Low volume: the official encoder is fast enough here.
-            from opentelemetry.exporter.otlp.proto.common._internal.metrics_encoder import (
-                encode_metrics,
-            )
-
-            payload = encode_metrics(metrics_data).SerializeToString()
+            payload = encode_metrics_request(metrics_data)
             self.worker.submit(METRICS, payload, counts)
         except Exception as exc:
             _lose(DROPS, counts, DropReason.EXPORT_FAILED)

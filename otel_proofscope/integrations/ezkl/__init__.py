@@ -160,10 +160,7 @@ class EzklInstrumentor(BaseInstrumentor):  # type: ignore[misc]
                                         kwargs.get("tracer_provider"))
         self._meter_provider = kwargs.get("meter_provider")
         meter = metrics.get_meter(METER_NAME, __version__, self._meter_provider)
-        d = Metric.PROOF_DURATION
-        self._proof_duration = meter.create_histogram(
-            d.name, unit=d.unit, description=d.description,
-            explicit_bucket_boundaries_advisory=list(d.buckets or ()))
+        self._proof_duration = Metric.PROOF_DURATION.histogram(meter)
         v = Metric.PROOF_VERIFY_COUNT
         self._verify_count = meter.create_counter(v.name, v.unit, v.description)
         self._backend = str(kwargs.get("backend") or "cpu")
@@ -416,13 +413,8 @@ class EzklInstrumentor(BaseInstrumentor):  # type: ignore[misc]
     def _start_gpu_sampler(self) -> Any:
         if not self._gpu_sampler:
             return None
-        try:
-            from otel_proofscope.gpu import start_sampler  # type: ignore[attr-defined]
-        except ImportError:
-            try:
-                from otel_proofscope.gpu.sampler import start_sampler
-            except ImportError:
-                return None
+        from otel_proofscope.gpu import start_sampler
+
         try:
             return start_sampler(meter_provider=self._meter_provider)
         except Exception:
