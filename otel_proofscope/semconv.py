@@ -294,6 +294,15 @@ class DropReason(StrEnum):
     INVALID = "invalid"
     SINK_UNAVAILABLE = "sink_unavailable"
     UNAUTHENTICATED = "unauthenticated"
+    #: Not a loss: a view draws only so many of something that is complete elsewhere.
+    #: Counted apart from drops and reported as "not drawn" (see DISPLAY_CAPS).
+    DISPLAY_CAP = "display_cap"
+
+
+#: Items a view caps for legibility, and where every one of them still is.
+DISPLAY_CAPS: dict[str, str] = {
+    "round_bars": "every round is in the claim and timing series",
+}
 
 
 # ── metrics ──────────────────────────────────────────────────────────────────────────

@@ -50,7 +50,7 @@ from otel_proofscope.rerun.model import GapTable, ProofRegistry
 from otel_proofscope.rerun.shared import SharedByTarget
 from otel_proofscope.rerun.translate import Issues, SpanTranslator
 from otel_proofscope.rerun.translate_metrics import MetricIssues, MetricTranslator
-from otel_proofscope.semconv import SINK_RERUN, DropReason
+from otel_proofscope.semconv import DISPLAY_CAPS, SINK_RERUN, DropReason
 
 _log = logging.getLogger(__name__)
 
@@ -351,7 +351,9 @@ class RerunSink:
         else:
             r("metric_points", LEDGER_SINK, DropReason.INVALID, issues.skipped)
         for what, n in issues.capped.items():
-            r(what, LEDGER_SINK, DropReason.SIZE_CAP, n)
+            # A display cap over items that are complete elsewhere loses nothing.
+            r(what, LEDGER_SINK, DropReason.DISPLAY_CAP if what in DISPLAY_CAPS
+              else DropReason.SIZE_CAP, n)
         overflow = self.spans.gaps.overflow
         if overflow > self._gap_overflow:
             r("capability_gaps", LEDGER_SINK, DropReason.SIZE_CAP, overflow - self._gap_overflow)
