@@ -92,6 +92,8 @@ def render_table(census: list[CensusBackend]) -> str:
     for b in census:
         if b.available:
             rows.append((b.name, "available", f"{len(b.devices)} device(s)"))
+        elif b.reason in (None, "unavailable"):  # the status already says it
+            rows.append((b.name, "unavailable", b.detail or "no reason given"))
         else:
             rows.append((b.name, "unavailable", f"{b.reason}: {b.detail or '?'}"))
     lines += _table(rows)

@@ -20,6 +20,7 @@ from typing import Any
 
 from opentelemetry import metrics
 
+from otel_proofscope.extras import missing
 from otel_proofscope.gpu.backend import (
     DEVICE_CAPABILITIES,
     PROFILER_CAPABILITIES,
@@ -73,7 +74,7 @@ def load_wgpu() -> Any:
         import wgpu
     except ImportError as exc:
         raise BackendUnavailable(BACKEND_WGPU, GapReason.UNAVAILABLE,
-                                 f"wgpu is not installed ({exc})") from None
+                                 missing("wgpu", "wgpu", exc)) from None
     return wgpu
 
 

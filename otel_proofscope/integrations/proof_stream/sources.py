@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO, Protocol
 
+from otel_proofscope.extras import missing
 from otel_proofscope.integrations.proof_stream.decoder import MAX_LINE_BYTES
 
 _READ_CHUNK = 1 << 16
@@ -207,6 +208,11 @@ class WebSocketSource:
                  idle_timeout: float | None = None, poll_s: float = 0.25) -> None:
         if not url.startswith(("ws://", "wss://")):
             raise SourceError(f"not a WebSocket URL: {redact(url)}")
+        try:  # the optional client, checked before anything else is started
+            import websockets.sync.client  # noqa: F401
+        except ImportError as exc:
+            raise SourceError(f"reading {redact(url)} needs the WebSocket client: "
+                              + missing("websockets", "stream", exc)) from None
         self.url = url
         self.name = redact(url)
         self.open_timeout = open_timeout
