@@ -123,7 +123,7 @@ def run(args: argparse.Namespace) -> int:
         notes.append("interrupted")
         rc = 130
     finally:
-        report = telemetry.shutdown()
+        report = telemetry.shutdown(log_drops=False)  # printed in the summary
     if args.strict and bridge.stats.rejected and rc == 0:
         rc = 1
     lines = bridge.report_lines() + notes + report.lines()

@@ -211,7 +211,8 @@ def run_demo(options: DemoOptions) -> DemoResult:
     if target.lower() not in ("off", "none", ""):
         problem = rerun_available()
         if problem is not None:
-            _log.warning("Rerun output disabled: %s", problem)
+            # Said once, in the summary ("rerun: disabled: …"), not also as a warning.
+            _log.debug("Rerun output disabled: %s", problem)
             note, target = f"disabled: {problem}", "off"
         elif target.startswith("file:"):
             Path(target[len("file:"):]).parent.mkdir(parents=True, exist_ok=True)
@@ -235,7 +236,7 @@ def run_demo(options: DemoOptions) -> DemoResult:
             telemetry.force_flush()  # so files and scrapers see the proof while we hold
             _hold(options)
     finally:
-        report = telemetry.shutdown()
+        report = telemetry.shutdown(log_drops=False)  # printed in the summary
     files: dict[str, Path] = {}
     out_dir = telemetry.out_dir
     if out_dir is not None:
