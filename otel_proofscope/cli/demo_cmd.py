@@ -97,7 +97,11 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from otel_proofscope.cli.outputs import start_fresh
     from otel_proofscope.demo.runner import BackendUnavailableError, DemoOptions, run_demo
+
+    if args.telemetry:
+        start_fresh(args.out)  # this run's files only, like its recording
 
     with progress_reporter(args.layers) as progress:
         options = DemoOptions(out_dir=args.out, layers=args.layers, width=args.width,

@@ -68,6 +68,9 @@ def start_telemetry(args: argparse.Namespace, service_name: str,
                 raise SystemExit(f"proofscope: --rerun {target}: {problem}")
             notes.append(f"no Rerun recording: {problem}")
             target = "off"
+    from otel_proofscope.cli.outputs import start_fresh
+
+    start_fresh(args.out)  # this run's files only, like its recording
     telemetry = configure(service_name=args.service_name or service_name, out_dir=args.out,
                           rerun=target, shutdown_timeout_s=args.flush_timeout,
                           handle_sigterm=handle_sigterm, set_global=True)
