@@ -270,25 +270,29 @@ class ProofTracer:
     def _proof_cm(self, attrs: dict[str, AttributeValue], system: str,
                   backend: str) -> Iterator[ProofHandle]:
         start = time.perf_counter_ns()
-        with self._span(SpanName.PROOF, attrs) as span:
-            state = _ProofState(span, system, backend, start)
-            token = _current_proof.set(state)
-            handle = ProofHandle(span, state)
-            failed = True
-            try:
-                yield handle
-                failed = False
-            finally:
-                _current_proof.reset(token)
-                if span.is_recording():
-                    verified = getattr(span, "attributes", {}).get(Attr.PROOF_VERIFIED)
-                    m_attrs: dict[str, AttributeValue] = {Attr.PROOF_SYSTEM: system,
-                                                          Attr.PROOF_BACKEND: backend}
-                    if isinstance(verified, bool):
-                        m_attrs[Attr.PROOF_VERIFIED] = verified
-                    elif failed:
-                        m_attrs[Attr.PROOF_VERIFIED] = False
-                    self._proof_duration.record((time.perf_counter_ns() - start) / 1e9, m_attrs)
+        m_attrs: dict[str, AttributeValue] | None = None
+        try:
+            with self._span(SpanName.PROOF, attrs) as span:
+                state = _ProofState(span, system, backend, start)
+                token = _current_proof.set(state)
+                handle = ProofHandle(span, state)
+                failed = True
+                try:
+                    yield handle
+                    failed = False
+                finally:
+                    _current_proof.reset(token)
+                    if span.is_recording():
+                        verified = getattr(span, "attributes", {}).get(Attr.PROOF_VERIFIED)
+                        m_attrs = {Attr.PROOF_SYSTEM: system, Attr.PROOF_BACKEND: backend}
+                        if isinstance(verified, bool):
+                            m_attrs[Attr.PROOF_VERIFIED] = verified
+                        elif failed:
+                            m_attrs[Attr.PROOF_VERIFIED] = False
+        finally:
+            # After the span has ended, from its own times: one measurement (as layers).
+            if m_attrs is not None:
+                self._proof_duration.record(span_seconds(span, start), m_attrs)
 
     def circuit_compile(self, nodes: Sequence[CircuitNode] | None = None) -> _Phase:
         """Circuit compilation; ``nodes`` (or ``handle.set_circuit``) records the DAG."""

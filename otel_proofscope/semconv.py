@@ -439,7 +439,8 @@ class Metric:
                                             Attr.GPU_CAPABILITY_REASON))
 
     # proof
-    PROOF_DURATION = MetricDef("proof.duration", _K.HISTOGRAM, "s", "Wall time of one proof",
+    PROOF_DURATION = MetricDef("proof.duration", _K.HISTOGRAM, "s",
+                               "Wall time of one proof: its `proof` span's duration",
                                (Attr.PROOF_SYSTEM, Attr.PROOF_BACKEND, Attr.PROOF_VERIFIED),
                                SECONDS_BUCKETS)
     PROOF_LAYER_DURATION = MetricDef("proof.layer.duration", _K.HISTOGRAM, "s",

@@ -373,10 +373,14 @@ def test_layer_duration_is_one_measurement_in_span_metric_and_summary(
     the CLI's "time per layer kind" are the same number."""
     out, stdout = run
     span_s: Counter[str] = Counter()
+    proof_s = 0.0
     for line in (out / "traces.jsonl").read_text().splitlines():
         for rs in json.loads(line)["resourceSpans"]:
             for ss in rs["scopeSpans"]:
                 for s in ss["spans"]:
+                    if s["name"] == SpanName.PROOF:
+                        proof_s += (int(s["endTimeUnixNano"])
+                                    - int(s["startTimeUnixNano"])) / 1e9
                     if s["name"] == SpanName.LAYER:
                         kind = _attrs(s["attributes"])[Attr.LAYER_KIND]
                         span_s[kind] += (int(s["endTimeUnixNano"])
@@ -387,6 +391,9 @@ def test_layer_duration_is_one_measurement_in_span_metric_and_summary(
     assert set(span_s) == set(metric_s)
     for kind, seconds in span_s.items():
         assert metric_s[kind] == pytest.approx(seconds, abs=1e-9), kind
+    # The proof's duration too: the histogram is the root span's own duration.
+    (proof_point,) = read_metric_points(out / "metrics.jsonl")["proof.duration"]
+    assert float(proof_point["sum"]) == pytest.approx(proof_s, abs=1e-9)
     line = next(x for x in stdout.splitlines() if "time per layer kind:" in x)
     for kind, seconds in span_s.items():
         assert f"{kind} {seconds * 1e3:.1f} ms" in line, (kind, seconds, line)
