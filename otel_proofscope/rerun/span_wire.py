@@ -79,8 +79,9 @@ def _record_fast(s: ReadableSpan) -> tuple[Any, ...]:
             parent.span_id if parent is not None else 0,
             kind.value, start or 0, end or 0,
             status.status_code.value, status.description,
-            _plain(attrs),
-            tuple([(n, t, _plain(a)) for n, t, a, _ in events_fields(events)]))
+            attrs if type(attrs) is dict else _plain(attrs),
+            tuple([(n, t, a if type(a) is dict else _plain(a))
+                   for n, t, a, _ in events_fields(events)]))
 
 
 def pack_spans(spans: Sequence[ReadableSpan]) -> tuple[bytes, list[ReadableSpan]]:

@@ -14,7 +14,7 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.trace import TracerProvider
 
 from otel_proofscope.instrumentation import ProofTracer
-from otel_proofscope.ledger import DROPS, REJECTIONS, DropLedger
+from otel_proofscope.ledger import DROPS, REJECTIONS, DropLedger, RejectionLedger
 from otel_proofscope.pipeline.metric_export import CountingMetricExporter
 from otel_proofscope.pipeline.privacy import WitnessFilter
 from otel_proofscope.pipeline.processor import BoundedBatchSpanProcessor
@@ -66,6 +66,8 @@ class Telemetry:
     shutdown_timeout_s: float
     out_dir: Path | None
     ledger: DropLedger = DROPS
+    #: Bad input the hot path recorded instead of raising (the process-wide ledger).
+    rejections: RejectionLedger = REJECTIONS
     witness_filters: list[WitnessFilter] = field(default_factory=list)
     _closers: list[Any] = field(default_factory=list)
     _before_shutdown: list[Any] = field(default_factory=list)
@@ -154,7 +156,7 @@ class Telemetry:
             metric_points_exported={e.sink: e.delivered() for e in self.metric_exporters},
             dropped=self.ledger.total(),
             drop_lines=self.ledger.summary_lines(),
-            rejected=REJECTIONS.total(),
+            rejected=self.rejections.total(),
             witness_events_withheld=sum(f.withheld_events for f in self.witness_filters),
             timed_out=timed_out,
         )

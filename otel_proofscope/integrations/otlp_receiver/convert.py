@@ -7,5 +7,6 @@ private ones included, and every monkeypatch reach the one implementation.
 import sys
 
 from otel_proofscope.otlp import decode
+from otel_proofscope.otlp.decode import *  # noqa: F403  (the names, for type checkers)
 
 sys.modules[__name__] = decode
