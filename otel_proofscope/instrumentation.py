@@ -113,6 +113,17 @@ class _LayerState:
     start_ns: int
     rounds_done: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
+    recording: bool = False
+
+
+def span_seconds(span: Span, start_perf_ns: int) -> float:
+    """Duration of an ended span from its own timestamps, so a metric, a summary and a
+    trace viewer show one measurement; the monotonic clock since ``start_perf_ns`` for a
+    span that keeps no times (a non-SDK or no-op span)."""
+    start, end = getattr(span, "start_time", None), getattr(span, "end_time", None)
+    if isinstance(start, int) and isinstance(end, int):
+        return (end - start) / 1e9
+    return (time.perf_counter_ns() - start_perf_ns) / 1e9
 
 
 _current_proof: ContextVar[_ProofState | None] = ContextVar("proofscope_proof", default=None)
@@ -267,26 +278,30 @@ class ProofTracer:
     def _proof_cm(self, attrs: dict[str, AttributeValue], system: str,
                   backend: str) -> Iterator[ProofHandle]:
         start = time.perf_counter_ns()
-        with self._span(SpanName.PROOF, attrs) as span:
-            state = _ProofState(span, system, backend, start)
-            token = _current_proof.set(state)
-            handle = ProofHandle(span, state)
-            handle._cost = phase_cost.current() if span.is_recording() else None
-            failed = True
-            try:
-                yield handle
-                failed = False
-            finally:
-                _current_proof.reset(token)
-                if span.is_recording():
-                    verified = getattr(span, "attributes", {}).get(Attr.PROOF_VERIFIED)
-                    m_attrs: dict[str, AttributeValue] = {Attr.PROOF_SYSTEM: system,
-                                                          Attr.PROOF_BACKEND: backend}
-                    if isinstance(verified, bool):
-                        m_attrs[Attr.PROOF_VERIFIED] = verified
-                    elif failed:
-                        m_attrs[Attr.PROOF_VERIFIED] = False
-                    self._proof_duration.record((time.perf_counter_ns() - start) / 1e9, m_attrs)
+        m_attrs: dict[str, AttributeValue] | None = None
+        try:
+            with self._span(SpanName.PROOF, attrs) as span:
+                state = _ProofState(span, system, backend, start)
+                token = _current_proof.set(state)
+                handle = ProofHandle(span, state)
+                handle._cost = phase_cost.current() if span.is_recording() else None
+                failed = True
+                try:
+                    yield handle
+                    failed = False
+                finally:
+                    _current_proof.reset(token)
+                    if span.is_recording():
+                        verified = getattr(span, "attributes", {}).get(Attr.PROOF_VERIFIED)
+                        m_attrs = {Attr.PROOF_SYSTEM: system, Attr.PROOF_BACKEND: backend}
+                        if isinstance(verified, bool):
+                            m_attrs[Attr.PROOF_VERIFIED] = verified
+                        elif failed:
+                            m_attrs[Attr.PROOF_VERIFIED] = False
+        finally:
+            # After the span has ended, from its own times: one measurement (as layers).
+            if m_attrs is not None:
+                self._proof_duration.record(span_seconds(span, start), m_attrs)
 
     def circuit_compile(self, nodes: Sequence[CircuitNode] | None = None) -> _Phase:
         """Circuit compilation; ``nodes`` (or ``handle.set_circuit``) records the DAG."""
@@ -325,29 +340,36 @@ class ProofTracer:
                   rounds: int) -> Iterator[LayerHandle]:
         global _active_layers
         start = time.perf_counter_ns()
-        with self._span(SpanName.LAYER, attrs) as span:
-            recording = span.is_recording()
-            state = _LayerState(span, _current_proof.get(), index, kind, rounds, start)
-            token = _current_layer.set(state)
-            if recording:
-                with _active_lock:
-                    _active_layers += 1
-            try:
-                yield LayerHandle(span)
-            finally:
-                _current_layer.reset(token)
+        state: _LayerState | None = None
+        try:
+            with self._span(SpanName.LAYER, attrs) as span:
+                recording = span.is_recording()
+                state = _LayerState(span, _current_proof.get(), index, kind, rounds, start,
+                                    recording=recording)
+                token = _current_layer.set(state)
                 if recording:
                     with _active_lock:
-                        _active_layers -= 1
-                    proof = state.proof
-                    system = proof.system if proof else "unknown"
-                    m_attrs: dict[str, AttributeValue] = {Attr.PROOF_SYSTEM: system,
-                                                          Attr.LAYER_KIND: kind}
-                    self._layer_duration.record(
-                        (time.perf_counter_ns() - start) / 1e9,
-                        {**m_attrs, Attr.PROOF_BACKEND: proof.backend if proof else "unknown"})
-                    if state.rounds_done:
-                        self._round_count.add(state.rounds_done, m_attrs)
+                        _active_layers += 1
+                try:
+                    yield LayerHandle(span)
+                finally:
+                    _current_layer.reset(token)
+                    if recording:
+                        with _active_lock:
+                            _active_layers -= 1
+        finally:
+            # After the span has ended: the metric is the span's own duration (one
+            # measurement, the same number a trace viewer shows).
+            if state is not None and state.recording:
+                proof = state.proof
+                system = proof.system if proof else "unknown"
+                m_attrs: dict[str, AttributeValue] = {Attr.PROOF_SYSTEM: system,
+                                                      Attr.LAYER_KIND: kind}
+                self._layer_duration.record(
+                    span_seconds(state.span, start),
+                    {**m_attrs, Attr.PROOF_BACKEND: proof.backend if proof else "unknown"})
+                if state.rounds_done:
+                    self._round_count.add(state.rounds_done, m_attrs)
 
     def weight_opening(self, *, node_id: int | str, eval_point_length: int) -> _Phase:
         attrs: dict[str, AttributeValue] = {
@@ -433,22 +455,24 @@ class ProofTracer:
     # ── hot path ─────────────────────────────────────────────────────────────────────
 
     def sumcheck_round(self, round: int, poly: Lazy, claim: Lazy,
-                       degree: int | None = None) -> None:
+                       degree: int | None = None, challenge: Lazy = None) -> None:
         """Record one finished sumcheck round on the current layer span, live.
 
         ``poly`` is the round polynomial g as its evaluations g(0), g(1), …, g(d) (field
         elements), so a reader can check g(0) + g(1) against the previous claim without
         knowing the basis. ``claim`` is the claim after this round, g(r) at the round's
-        challenge r (``None`` when the producer does not know it). Both may be
-        zero-argument callables, only called when something records. Never raises: bad
-        input becomes an event with ``error.type`` and a ``proofscope.rejected`` count.
+        challenge r (``None`` when the producer does not know it). ``challenge`` is
+        that r, the round's Fiat–Shamir challenge (``None``: not recorded); with it a
+        reader can redo g(r) = claim. All three may be zero-argument callables, only
+        called when something records. Never raises: bad input becomes an event with
+        ``error.type`` and a ``proofscope.rejected`` count.
         """
         if not _active_layers:
             return
         layer = _current_layer.get()
         if layer is None:
             return
-        _record_round(layer, round, poly, claim, degree)
+        _record_round(layer, round, poly, claim, degree, challenge)
 
     def layer_activation(self, stats: ActivationStats | Callable[[], ActivationStats]) -> None:
         """Activation statistics of the current layer (witness data; off by default)."""
@@ -589,7 +613,7 @@ def circuit_attributes(nodes: Sequence[CircuitNode]) -> dict[str, AttributeValue
 
 
 def _record_round(layer: _LayerState, round: int, poly: Lazy, claim: Lazy,
-                  degree: int | None) -> None:
+                  degree: int | None, challenge: Lazy = None) -> None:
     span = layer.span
     error: str | None = None
     try:
@@ -599,8 +623,10 @@ def _record_round(layer: _LayerState, round: int, poly: Lazy, claim: Lazy,
             raise ValueError("poly: a round polynomial needs at least one coefficient")
         claim_v = claim() if callable(claim) else claim
         claim_s = None if claim_v is None else fields.canonical(claim_v)
+        chal_v = challenge() if callable(challenge) else challenge
+        chal_s = None if chal_v is None else fields.canonical(chal_v)
     except (ValueError, TypeError) as exc:
-        REJECTIONS.record("poly/claim", "not_a_field_element")
+        REJECTIONS.record("poly/claim/challenge", "not_a_field_element")
         span.add_event(EventName.SUMCHECK_ROUND, {
             Attr.SUMCHECK_ROUND: round if isinstance(round, int) else -1,
             Attr.ERROR_TYPE: "invalid_field_element", "exception.message": str(exc)[:200]})
@@ -617,6 +643,8 @@ def _record_round(layer: _LayerState, round: int, poly: Lazy, claim: Lazy,
         Attr.SUMCHECK_DEGREE: degree if degree is not None else len(poly_s) - 1,
         Attr.SUMCHECK_POLY: poly_s,
     }
+    if chal_s is not None:
+        attrs[Attr.SUMCHECK_CHALLENGE] = chal_s
     if claim_s is not None:
         attrs[Attr.CLAIM] = claim_s
     if error is None:
@@ -642,14 +670,15 @@ def get_tracer() -> ProofTracer:
     return _default
 
 
-def sumcheck_round(round: int, poly: Lazy, claim: Lazy, degree: int | None = None) -> None:
+def sumcheck_round(round: int, poly: Lazy, claim: Lazy, degree: int | None = None,
+                   challenge: Lazy = None) -> None:
     """Module-level hot-path shortcut for :meth:`ProofTracer.sumcheck_round`."""
     if not _active_layers:
         return
     layer = _current_layer.get()
     if layer is None:
         return
-    _record_round(layer, round, poly, claim, degree)
+    _record_round(layer, round, poly, claim, degree, challenge)
 
 
 def current_span() -> Span | None:

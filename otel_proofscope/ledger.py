@@ -14,7 +14,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from otel_proofscope.semconv import Attr
+from otel_proofscope.semconv import DISPLAY_CAPS, Attr, DropReason
 
 _log = logging.getLogger("otel_proofscope.drops")
 
@@ -39,6 +39,7 @@ class DropLedger:
     def __init__(self, log_interval_s: float = 10.0, name: str = "proofscope") -> None:
         self._lock = threading.Lock()
         self._counts: dict[DropKey, int] = {}
+        self._not_drawn: dict[DropKey, int] = {}
         self._log_interval_s = log_interval_s
         self._last_log = -float("inf")
         self.name = name
@@ -47,6 +48,10 @@ class DropLedger:
         if count <= 0:
             return
         key = DropKey(signal, sink, str(reason))
+        if key.reason == DropReason.DISPLAY_CAP:  # nothing lost: counted apart, no warning
+            with self._lock:
+                self._not_drawn[key] = self._not_drawn.get(key, 0) + count
+            return
         now = time.monotonic()
         with self._lock:
             self._counts[key] = self._counts.get(key, 0) + count
@@ -73,17 +78,29 @@ class DropLedger:
             and (reason is None or k.reason == reason)
         )
 
+    def not_drawn(self) -> dict[DropKey, int]:
+        """Items a view left out under a display cap (complete elsewhere; not drops)."""
+        with self._lock:
+            return dict(self._not_drawn)
+
     def reset(self) -> None:
         with self._lock:
             self._counts.clear()
+            self._not_drawn.clear()
             self._last_log = -float("inf")
 
     def summary_lines(self) -> list[str]:
         snap = self.snapshot()
         if not snap:
-            return ["dropped: nothing"]
-        lines = [f"dropped: {sum(snap.values())} item(s)"]
-        lines += [f"  {n} {k.signal} → {k.sink} ({k.reason})" for k, n in sorted(snap.items())]
+            lines = ["dropped: nothing"]
+        else:
+            lines = [f"dropped: {sum(snap.values())} item(s)"]
+            lines += [f"  {n} {k.signal} → {k.sink} ({k.reason})"
+                      for k, n in sorted(snap.items())]
+        for k, n in sorted(self.not_drawn().items()):
+            why = DISPLAY_CAPS.get(k.signal, "")
+            lines.append(f"not drawn in {k.sink} (display cap{'; ' + why if why else ''}): "
+                         f"{n} {k.signal}")
         return lines
 
 

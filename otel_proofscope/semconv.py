@@ -55,6 +55,7 @@ class Attr:
     SUMCHECK_ROUND = "proof.sumcheck.round"
     SUMCHECK_DEGREE = "proof.sumcheck.degree"
     SUMCHECK_POLY = "proof.sumcheck.poly"
+    SUMCHECK_CHALLENGE = "proof.sumcheck.challenge"
     CLAIM = "proof.claim"
 
     WEIGHT_NODE_ID = "proof.weight.node_id"
@@ -432,6 +433,15 @@ class DropReason(StrEnum):
     INVALID = "invalid"
     SINK_UNAVAILABLE = "sink_unavailable"
     UNAUTHENTICATED = "unauthenticated"
+    #: Not a loss: a view draws only so many of something that is complete elsewhere.
+    #: Counted apart from drops and reported as "not drawn" (see DISPLAY_CAPS).
+    DISPLAY_CAP = "display_cap"
+
+
+#: Items a view caps for legibility, and where every one of them still is.
+DISPLAY_CAPS: dict[str, str] = {
+    "round_bars": "every round is in the claim and timing series",
+}
 
 
 # ── metrics ──────────────────────────────────────────────────────────────────────────
@@ -597,11 +607,13 @@ class Metric:
                                          (Attr.HW_ID, Attr.PROCESS_PID, Attr.GPU_SCOPE))
 
     # proof
-    PROOF_DURATION = MetricDef("proof.duration", _K.HISTOGRAM, "s", "Wall time of one proof",
+    PROOF_DURATION = MetricDef("proof.duration", _K.HISTOGRAM, "s",
+                               "Wall time of one proof: its `proof` span's duration",
                                (Attr.PROOF_SYSTEM, Attr.PROOF_BACKEND, Attr.PROOF_VERIFIED),
                                SECONDS_BUCKETS)
     PROOF_LAYER_DURATION = MetricDef("proof.layer.duration", _K.HISTOGRAM, "s",
-                                     "Wall time of one layer proof",
+                                     "Wall time of one layer proof: its `proof.layer` "
+                                     "span's duration (the same measurement)",
                                      (Attr.PROOF_SYSTEM, Attr.PROOF_BACKEND, Attr.LAYER_KIND),
                                      SECONDS_BUCKETS)
     PROOF_SUMCHECK_ROUND_COUNT = MetricDef("proof.sumcheck.round.count", _K.COUNTER, "{round}",
@@ -675,10 +687,14 @@ GPU_COST_ATTRIBUTES: tuple[tuple[str, str, str], ...] = (
 EVENTS: tuple[EventDef, ...] = (
     EventDef(EventName.SUMCHECK_ROUND, "One sumcheck round, emitted live on its layer span. "
              "`proof.sumcheck.poly`: the round polynomial's evaluations g(0)…g(d); "
-             "`proof.claim`: the claim after the round, g(r) at its challenge (absent when "
+             "`proof.sumcheck.challenge`: the round's Fiat–Shamir challenge r, in the same "
+             "canonical form as claims (absent when the producer does not report it); "
+             "`proof.claim`: the claim after the round, g(r) at that challenge (absent when "
              "unknown); so g(0)+g(1) equals the previous round's claim "
-             "(`proof.claim.initial` for round 0)",
-             (Attr.SUMCHECK_ROUND, Attr.SUMCHECK_DEGREE, Attr.SUMCHECK_POLY, Attr.CLAIM)),
+             "(`proof.claim.initial` for round 0), and with the challenge a reader can "
+             "recompute g(r) from the evaluations by Lagrange interpolation",
+             (Attr.SUMCHECK_ROUND, Attr.SUMCHECK_DEGREE, Attr.SUMCHECK_POLY,
+              Attr.SUMCHECK_CHALLENGE, Attr.CLAIM)),
     EventDef(EventName.LAYER_ACTIVATION, "Activation statistics of a layer's output",
              (Attr.LAYER_INDEX, Attr.ACTIVATION_MEAN, Attr.ACTIVATION_STD_DEV,
               Attr.ACTIVATION_MIN, Attr.ACTIVATION_MAX, Attr.ACTIVATION_SPARSITY,
@@ -789,3 +805,6 @@ def render_markdown() -> str:
             "(the preset or rule file).", ""]
     return "\n".join(out)
 
+
+#: ``proofscope.sink`` of the Rerun sink (drop counts, the exit summary).
+SINK_RERUN = "rerun"

@@ -340,4 +340,6 @@ def test_toy_example_exports_exactly_the_contract(tmp_path: Path) -> None:
                       ["values"])
             assert (g0 + g1) % (2**31 - 1) == claim  # the round check, from telemetry alone
             claim = int(ev[Attr.CLAIM]["stringValue"])
+            r = int(ev[Attr.SUMCHECK_CHALLENGE]["stringValue"])
+            assert (g0 + r * (g1 - g0)) % (2**31 - 1) == claim  # g(r) = the next claim
         assert claim == int(attrs[Attr.CLAIM_FINAL]["stringValue"])

@@ -344,3 +344,95 @@ def test_otlp_endpoint_replaces_the_files(tmp_path: Path) -> None:
     assert "proof.layer.duration" in received["metrics"]
     assert not (tmp_path / "traces.jsonl").exists()
     assert "exported to otlp" in proc.stdout
+
+
+def test_summary_states_both_soundness_figures(run: tuple[Path, str]) -> None:
+    from otel_proofscope.demo.circuit import HASH_QUERIES_LOG2
+
+    _, stdout = run
+    net = build_network(LAYERS, WIDTH)
+    line = next(x for x in stdout.splitlines() if "soundness" in x)
+    assert f"{net.soundness_bits():.1f} bits interactive" in line
+    assert (f"{net.fiat_shamir_bits():.1f} bits non-interactive (Fiat–Shamir, against "
+            f"2^{HASH_QUERIES_LOG2} hash queries)") in line
+
+
+def test_readme_and_prover_doc_state_both_soundness_figures() -> None:
+    root = Path(__file__).resolve().parent.parent
+    net = build_network()
+    readme = (root / "README.md").read_text()
+    assert f"~{net.soundness_bits():.0f} bits interactive" in readme
+    assert f"~{net.fiat_shamir_bits():.1f} bits non-interactive (Fiat–Shamir)" in readme
+    doc = (root / "docs" / "prover.md").read_text()
+    assert f"**{net.soundness_bits():.2f} bits** | **{net.fiat_shamir_bits():.2f} bits**" in doc
+
+
+def test_layer_duration_is_one_measurement_in_span_metric_and_summary(
+        run: tuple[Path, str]) -> None:
+    """Per layer kind: the spans' durations, the proof.layer.duration histogram sum and
+    the CLI's "time per layer kind" are the same number."""
+    out, stdout = run
+    span_s: Counter[str] = Counter()
+    proof_s = 0.0
+    for line in (out / "traces.jsonl").read_text().splitlines():
+        for rs in json.loads(line)["resourceSpans"]:
+            for ss in rs["scopeSpans"]:
+                for s in ss["spans"]:
+                    if s["name"] == SpanName.PROOF:
+                        proof_s += (int(s["endTimeUnixNano"])
+                                    - int(s["startTimeUnixNano"])) / 1e9
+                    if s["name"] == SpanName.LAYER:
+                        kind = _attrs(s["attributes"])[Attr.LAYER_KIND]
+                        span_s[kind] += (int(s["endTimeUnixNano"])
+                                         - int(s["startTimeUnixNano"])) / 1e9
+    metric_s: Counter[str] = Counter()
+    for p in read_metric_points(out / "metrics.jsonl")["proof.layer.duration"]:
+        metric_s[p["attributes"][Attr.LAYER_KIND]] += float(p["sum"])
+    assert set(span_s) == set(metric_s)
+    for kind, seconds in span_s.items():
+        assert metric_s[kind] == pytest.approx(seconds, abs=1e-9), kind
+    # The proof's duration too: the histogram is the root span's own duration.
+    (proof_point,) = read_metric_points(out / "metrics.jsonl")["proof.duration"]
+    assert float(proof_point["sum"]) == pytest.approx(proof_s, abs=1e-9)
+    line = next(x for x in stdout.splitlines() if "time per layer kind:" in x)
+    for kind, seconds in span_s.items():
+        assert f"{kind} {seconds * 1e3:.1f} ms" in line, (kind, seconds, line)
+
+
+@pytest.mark.parametrize("display", [None, ":99"], ids=["no-display", "dead-display"])
+def test_spawn_without_a_usable_display_is_reported_not_claimed(tmp_path: Path,
+                                                                 display: str | None) -> None:
+    """`demo --rerun spawn` where no viewer can open a window: the summary never says the
+    viewer received the recording; it counts the loss (or says delivery is unconfirmed)
+    and suggests --rerun file: plus `rerun FILE`."""
+    env = _env()
+    for var in ("DISPLAY", "WAYLAND_DISPLAY", "WAYLAND_SOCKET"):
+        env.pop(var, None)
+    if display is not None:
+        env["DISPLAY"] = display  # an X server that does not exist: the viewer dies
+    proc = subprocess.run([sys.executable, "-m", "otel_proofscope", "demo", "--out",
+                           str(tmp_path), "--layers", "3", "--width", "8", "--rerun", "spawn"],
+                          capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = proc.stdout
+    assert "received the recording" not in out and "sent to the spawned" not in out, out
+    rrd = tmp_path / "proofscope.rrd"
+    assert f"--rerun file:{rrd}, then open it with: rerun {rrd}" in out
+    if display is None:
+        assert "dropped: nothing" not in out
+        assert "spans → rerun (sink_unavailable)" in out
+        assert "no display" in proc.stderr  # the sink's one warning says why
+
+
+def test_no_display_detection(monkeypatch: pytest.MonkeyPatch) -> None:
+    from otel_proofscope.rerun.sink import no_display
+
+    for var in ("DISPLAY", "WAYLAND_DISPLAY", "WAYLAND_SOCKET"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setattr(sys, "platform", "linux")
+    assert no_display() is not None and "--rerun file:" in str(no_display())
+    monkeypatch.setenv("WAYLAND_DISPLAY", "wayland-0")
+    assert no_display() is None
+    monkeypatch.delenv("WAYLAND_DISPLAY")
+    monkeypatch.setattr(sys, "platform", "darwin")
+    assert no_display() is None

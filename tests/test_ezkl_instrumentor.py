@@ -344,3 +344,33 @@ def test_a_new_witness_closes_an_unfinished_proof_at_its_last_phase(run: Run) ->
         assert root.end_time == witness.end_time
         assert Attr.PROOF_VERIFIED not in (root.attributes or {})
     assert roots[0].end_time <= witnesses[1].start_time  # idle time is not the proof's
+
+
+def test_proof_duration_metric_is_the_span_not_the_idle_time_after_it(run: Run) -> None:
+    """A proof closed later (here: at uninstrument, 1 s after its last phase) records
+    the span's duration, not the time until it was closed."""
+    spans = InMemorySpanExporter()
+    tracer_provider = TracerProvider()
+    tracer_provider.add_span_processor(SimpleSpanProcessor(spans))
+    reader = InMemoryMetricReader()
+    EzklInstrumentor().instrument(tracer_provider=tracer_provider,
+                                  meter_provider=MeterProvider(metric_readers=[reader]))
+    try:
+        before = time.time_ns()
+        ezkl.gen_witness(str(run.dir / "input.json"), run.paths["compiled"],
+                         str(run.dir / "witness-idle.json"))
+        phases_s = (time.time_ns() - before) / 1e9
+        time.sleep(1.0)
+    finally:
+        EzklInstrumentor().uninstrument()  # closes the open proof root
+    root = _by_name(spans.get_finished_spans(), SpanName.PROOF)
+    assert root.end_time is not None and root.start_time is not None
+    span_s = (root.end_time - root.start_time) / 1e9
+    data = reader.get_metrics_data()
+    assert data is not None
+    (point,) = [p for rm in data.resource_metrics for sm in rm.scope_metrics
+                for m in sm.metrics if m.name == "proof.duration" for p in m.data.data_points]
+    assert point.count == 1  # type: ignore[union-attr]
+    assert point.sum == pytest.approx(span_s, abs=1e-9)  # type: ignore[union-attr]
+    # The 1 s idle after the last phase is not in it (the span lies within the call).
+    assert point.sum <= phases_s  # type: ignore[union-attr]

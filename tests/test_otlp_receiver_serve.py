@@ -167,6 +167,8 @@ def test_proofscope_serve_subprocess(tmp_path: Path) -> None:
     assert proc.returncode == 0, err
     summary = "".join(lines) + out
     assert "spans_accepted=4" in summary
+    assert "dropped by the senders before sending (their dropped_*_count): none declared" \
+        in summary
     # every refused request is in the exit summary: one per span export, plus the
     # metrics export that carried no token at all
     assert f"{len(refused.results)} otlp_traces_requests → otlp_receiver (unauthenticated)" \
@@ -184,3 +186,23 @@ def test_serve_refuses_to_run_with_nothing_to_serve(capsys: pytest.CaptureFixtur
         main(["serve", "--grpc-port", "70000"])
     with pytest.raises(SystemExit):
         main(["serve", "--max-message-bytes", "0"])
+
+
+def test_senders_declared_drops_are_reported(tmp_path: Path) -> None:
+    """A sender whose SDK dropped span events (its own event limit) says so in OTLP's
+    dropped_events_count; serve counts what the senders declare, apart from its own drops."""
+    from opentelemetry.sdk.trace import SpanLimits
+
+    with OtlpReceiver([], [], grpc_port=0, http_port=None) as rx:
+        tp = TracerProvider(span_limits=SpanLimits(max_events=2, max_span_attributes=1))
+        tp.add_span_processor(SimpleSpanProcessor(
+            GrpcSpanExporter(endpoint=rx.grpc_endpoint, insecure=True, timeout=5)))
+        with tp.get_tracer("t").start_as_current_span("s", attributes={"a": 1, "b": 2}) as s:
+            for i in range(5):
+                s.add_event(f"e{i}")
+        tp.shutdown()
+        stats = rx.stats()
+    assert stats["spans_accepted"] == 1
+    assert stats["sender_dropped.span_events"] == 3
+    assert stats["sender_dropped.span_attributes"] == 1
+    assert "sender_dropped.span_links" not in stats

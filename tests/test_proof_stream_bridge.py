@@ -322,3 +322,36 @@ def test_replay_writes_a_rerun_recording(tmp_path: Path) -> None:
     assert any(p.startswith("/logs/") for p in paths)
     # The stream's fake "utilization" must not turn into a GPU plot.
     assert not [p for p in paths if "gpu" in p.lower() and "util" in p.lower()]
+
+
+@pytest.mark.parametrize("capture", [False, True], ids=["capture-off", "capture-on"])
+def test_non_square_heatmap_is_rejected_with_its_line_and_one_warning(
+        pipeline: Any, capture: bool, caplog: pytest.LogCaptureFixture) -> None:
+    """Validated at decoding, whether or not witness data is captured: a short field
+    (no sentence), the right reason, the line number, one warning line."""
+    from otel_proofscope.ledger import REJECTIONS
+
+    instrumentation.set_capture_witness(capture)
+    bridge = bridge_for(pipeline, source="heat")
+    before = REJECTIONS.snapshot()
+    heat = {"layer_idx": 1, "head_idx": 0, "num_heads": 1, "seq_len": 3,
+            "scores": [0.1] * 8}  # 8 ≠ 3²
+    with caplog.at_level("WARNING"):
+        feed(bridge,
+             {"ProofStart": {"model_name": None, "backend": "cpu", "num_layers": 1,
+                             "input_shape": [1, 2], "output_shape": [1, 2]}},
+             {"LayerStart": LAYER},
+             {"AttentionHeatmap": heat})
+    after = REJECTIONS.snapshot()
+    new = {k: after[k] - before.get(k, 0) for k in after if after[k] != before.get(k, 0)}
+    assert new == {("stream.AttentionHeatmap.scores", "invalid_value"): 1}
+    assert bridge.stats.rejected == 1 and bridge.stats.rejected_by_reason == {
+        "invalid_value": 1}
+    warnings = [r.getMessage() for r in caplog.records if "AttentionHeatmap" in r.getMessage()]
+    assert len(warnings) == 1, warnings
+    assert "line 3: AttentionHeatmap.scores: expected min(seq_len, 64)² = 9 scores for " \
+           "seq_len 3, got 8" in warnings[0]
+    assert bridge.witness_skipped == 0  # rejected before witness handling
+    report = "\n".join(bridge.report_lines())
+    assert "rejected 1 line(s): 1 invalid_value" in report and "line 3:" in report
+    assert "whose scores" not in report

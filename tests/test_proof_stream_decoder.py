@@ -48,7 +48,7 @@ SAMPLES: dict[str, dict[str, Any]] = {
                    "claim_value_approx": 0.42, "gpu_device": 0},
     "SumcheckRound": {"layer_idx": 0, "round": 5, "total_rounds": 24,
                       "poly_deg2": {"c0": QM, "c1": QM, "c2": QM}, "poly_deg3": None,
-                      "claim_value_approx": 1e-05},
+                      "claim_value_approx": 1e-05, "challenge": QM},
     "LayerEnd": {"layer_idx": 2, "kind": "Sumcheck", "final_claim_value_approx": 0.0,
                  "duration_ms": 310, "rounds_completed": 24},
     "ProofComplete": {"duration_ms": 3040, "num_layer_proofs": 40,

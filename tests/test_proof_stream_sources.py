@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -257,3 +258,42 @@ def test_cli_replay_live_websocket(fixture_server: str, tmp_path: Path) -> None:
     spans = spans_in(tmp_path)
     assert len({s["traceId"] for s in spans}) == 1
     assert sum(1 for s in spans if s["name"] == "proof.layer") == 6
+
+
+def _timing(spans: list[dict[str, Any]]) -> set[str]:
+    return {a["value"]["stringValue"] for s in spans for a in s.get("attributes", [])
+            if a["key"] == "proofscope.stream.timing"}
+
+
+@pytest.mark.parametrize(("extra", "timing"), [((), "replay"), (("--live",), "live")],
+                         ids=["piped-recording", "declared-live"])
+def test_cli_replay_of_a_piped_recording_is_not_live(tmp_path: Path, extra: tuple[str, ...],
+                                                     timing: str) -> None:
+    """`cat rec.jsonl | proofscope replay -`: the pipe carries a recording, so its arrival
+    times are never presented as the prover's (a live producer says --live); the Rerun
+    log says the proof was replayed instead of "finished in X s"."""
+    rrd = tmp_path / "replay.rrd"
+    cat = subprocess.Popen(["cat", str(FIXTURE)], stdout=subprocess.PIPE)
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "otel_proofscope", "replay", "-", "--out", str(tmp_path),
+             "--rerun", f"file:{rrd}", *extra], stdin=cat.stdout, capture_output=True,
+            timeout=120, env={k: v for k, v in os.environ.items()
+                              if not k.startswith(("OTEL_", "PROOFSCOPE_"))})
+    finally:
+        assert cat.stdout is not None
+        cat.stdout.close()
+        cat.wait(10)
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert _timing(spans_in(tmp_path)) == {timing}
+    from otel_proofscope.rerun import readback
+
+    rec = readback.read(rrd)
+    texts = [str(v) for path in rec.paths() if path.lstrip("/").startswith("logs/proof/")
+             for v in rec.values(path, "TextLog:text")]
+    finished = [t for t in texts if "finished" in t or "FAILED" in t]
+    assert finished, texts
+    if timing == "replay":
+        assert all(" s:" not in t and "replay" in t for t in finished), finished
+    else:
+        assert any(re.search(r"in \d+\.\d{3} s:", t) for t in finished), finished

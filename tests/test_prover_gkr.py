@@ -183,3 +183,58 @@ def test_truncated_layer_list_is_rejected(honest: tuple[Network, Proof]) -> None
     net, proof = honest
     assert not verify(net, _tampered(proof, lambda p: p.layers.pop())).ok
     assert not verify(net, _tampered(proof, lambda p: p.layers[0].round_polys.pop())).ok
+
+
+@pytest.mark.parametrize("bad", [b"", b"\x00" * 31, b"\x00" * 33], ids=len)
+def test_commitment_of_wrong_length_is_rejected(honest: tuple[Network, Proof],
+                                                bad: bytes) -> None:
+    """An empty commitment once fell back to the model's own and verified, and its
+    encoding could not be decoded."""
+    net, proof = honest
+    idx = min(proof.commitments)
+    forged = _tampered(proof, lambda p: p.commitments.__setitem__(idx, bad))
+    result = verify(net, forged)
+    assert not result.ok
+    assert f"commitment for layer {idx} is {len(bad)} bytes" in result.reason
+    with pytest.raises(ValueError, match=f"{len(bad)} bytes"):
+        forged.to_bytes()
+
+
+def test_decoding_checks_declared_lengths(honest: tuple[Network, Proof]) -> None:
+    _, proof = honest
+    data = proof.to_bytes()
+    # A header claiming a huge output is refused before anything is read.
+    huge = bytearray(data)
+    huge[6:14] = (1 << 16).to_bytes(4, "little") * 2
+    with pytest.raises(ValueError, match="65536×65536 output need"):
+        Proof.from_bytes(bytes(huge))
+    # The same commitment index twice.
+    one = min(proof.commitments)
+    twice = _tampered(proof, lambda p: None)
+    raw = bytearray(twice.to_bytes())
+    at = raw.index(proof.commitments[one]) - 4
+    nxt = at + 4 + 32
+    raw[nxt:nxt + 4] = raw[at:at + 4]
+    with pytest.raises(ValueError, match=f"two commitments for layer {one}"):
+        Proof.from_bytes(bytes(raw))
+    # A has-weight byte that is neither 0 nor 1.
+    last = proof.layers[-1]
+    tail = last.input_eval.to_bytes()
+    pos = data.rindex(tail) + len(tail)
+    flagged = bytearray(data)
+    flagged[pos] = 7
+    with pytest.raises(ValueError, match="has-weight byte 7"):
+        Proof.from_bytes(bytes(flagged))
+
+
+def test_fiat_shamir_bound_from_its_hash_budget() -> None:
+    """The non-interactive figure, written out here: T·max(m_out, d)/p^4 + T²/2^256."""
+    import math
+
+    net = build_network()  # 32 rows × 32 columns: m_out = 10 > every degree (≤ 3)
+    for log_t in (0, 20, 40, 64):
+        t = 2.0 ** log_t
+        expected = -math.log2(t * 10 / float(P) ** 4 + t * t / 2.0 ** 256)
+        assert net.fiat_shamir_bits(log_t) == pytest.approx(expected, abs=1e-9)
+    # The demo's budget costs ~36 bits against the interactive bound.
+    assert net.fiat_shamir_bits(40) < net.soundness_bits() - 30

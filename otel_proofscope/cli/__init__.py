@@ -61,6 +61,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     _setup_logging(args.verbose)
+    # Before any GPU driver or viewer is loaded: Mesa complains on stderr without it.
+    from otel_proofscope.cli.runtime_dir import ensure_private_runtime_dir
+
+    ensure_private_runtime_dir()
     rc: int = args.handler(args)
     return rc
 

@@ -97,9 +97,13 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from otel_proofscope.cli.outputs import start_fresh
     from otel_proofscope.demo.runner import BackendUnavailableError, DemoOptions, run_demo
 
-    with progress_reporter() as progress:
+    if args.telemetry:
+        start_fresh(args.out)  # this run's files only, like its recording
+
+    with progress_reporter(args.layers) as progress:
         options = DemoOptions(out_dir=args.out, layers=args.layers, width=args.width,
                               backend=args.backend, rerun=args.rerun,
                               telemetry=args.telemetry, seed=args.seed,
@@ -119,8 +123,12 @@ def run(args: argparse.Namespace) -> int:
 
 
 @contextmanager
-def progress_reporter() -> Iterator[Callable[[int, int, str], None]]:
-    """A rich progress bar on a terminal, one quiet line per layer otherwise."""
+def progress_reporter(total: int | None = None) -> Iterator[Callable[[int, int, str], None]]:
+    """A rich progress bar on a terminal, one quiet line per layer otherwise.
+
+    ``total`` (the layer count, known before proving) sizes the bar from the start, so
+    it never shows ``0/?``.
+    """
     if not sys.stderr.isatty():
         def plain(done: int, total: int, what: str) -> None:
             print(f"proofscope demo: [{done}/{total}] {what}", file=sys.stderr, flush=True)
@@ -139,7 +147,7 @@ def progress_reporter() -> Iterator[Callable[[int, int, str], None]]:
     with Progress(TextColumn("proving"), BarColumn(), MofNCompleteColumn(),
                   TextColumn("{task.description}"), TimeElapsedColumn(),
                   console=Console(stderr=True), transient=False) as bar:
-        task = bar.add_task("", total=None)
+        task = bar.add_task("building the network", total=total)
 
         def update(done: int, total: int, what: str) -> None:
             bar.update(task, completed=done, total=total, description=what)

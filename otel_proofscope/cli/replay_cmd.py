@@ -24,9 +24,11 @@ examples:
   proofscope replay 'ws://127.0.0.1:8080/ws?token=SECRET' --rerun spawn
                                                    live from a running prover
 
-Spans of a file replay are timed by replay, not by the proof; the durations the
-stream measured are in proofscope.stream.duration (and the duration histograms)
-where the producer sent a non-zero duration_ms.
+Spans of a replay are timed by replay, not by the proof; the durations the stream
+measured are in proofscope.stream.duration (and the duration histograms) where the
+producer sent a non-zero duration_ms. A file or stdin is a replay; a FIFO or a
+WebSocket is live (span times are arrival times of a running prover). For a prover
+piped in directly, say so: prover | proofscope replay - --live
 """
 
 
@@ -69,6 +71,9 @@ def start_telemetry(args: argparse.Namespace, service_name: str,
                 raise SystemExit(f"proofscope: --rerun {target}: {problem}")
             notes.append(f"no Rerun recording: {problem}")
             target = "off"
+    from otel_proofscope.cli.outputs import start_fresh
+
+    start_fresh(args.out)  # this run's files only, like its recording
     telemetry = configure(service_name=args.service_name or service_name, out_dir=args.out,
                           rerun=target, shutdown_timeout_s=args.flush_timeout,
                           handle_sigterm=handle_sigterm, set_global=True, map=map_rules)
@@ -90,6 +95,10 @@ def register(sub: Any) -> None:
                    help="WebSocket: stop after this long without an event (default: never)")
     p.add_argument("--max-reconnects", metavar="N", type=int, default=5,
                    help="WebSocket: reconnect attempts after a broken connection (default 5)")
+    p.add_argument("--live", action=argparse.BooleanOptionalAction, default=None,
+                   help="the producer is proving right now, so arrival times are its "
+                        "times (default: live for a FIFO or WebSocket; a file or stdin "
+                        "is a replay)")
     p.add_argument("--strict", action="store_true",
                    help="exit 1 if any line was rejected")
     p.set_defaults(handler=run)
@@ -102,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         source = open_source(args.source, idle_timeout=args.idle_timeout,
-                             max_reconnects=args.max_reconnects)
+                             max_reconnects=args.max_reconnects, live=args.live)
     except SourceError as exc:
         print(f"proofscope replay: {exc}", file=sys.stderr)
         return 2
@@ -120,7 +129,7 @@ def run(args: argparse.Namespace) -> int:
         notes.append("interrupted")
         rc = 130
     finally:
-        report = telemetry.shutdown()
+        report = telemetry.shutdown(log_drops=False)  # printed in the summary
     if args.strict and bridge.stats.rejected and rc == 0:
         rc = 1
     lines = bridge.report_lines() + notes + report.lines()

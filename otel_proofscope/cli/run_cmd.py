@@ -114,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"proofscope run: {exc}", file=sys.stderr)
         return 2
     finally:
-        report = telemetry.shutdown()
+        report = telemetry.shutdown(log_drops=False)  # printed in the summary
     if not args.quiet:
         lines = [f"{command[0]} exited with code {result.exit_code}"
                  + (" (killed after --kill-after)" if result.killed else "")]

@@ -102,6 +102,7 @@ def _exporters(target: str) -> tuple[list[Any], list[Any]]:
 
 
 def serve(args: argparse.Namespace) -> int:
+    from otel_proofscope.integrations.otlp_receiver.core import SENDER_DROPPED
     from otel_proofscope.integrations.otlp_receiver.server import OtlpReceiver
     from otel_proofscope.ledger import DROPS
 
@@ -160,8 +161,15 @@ def serve(args: argparse.Namespace) -> int:
         for s, handler in previous.items():
             signal.signal(s, handler)
     stats = receiver.stats()
-    print("received: " + (", ".join(f"{k}={v}" for k, v in sorted(stats.items())) or
+    declared = {k[len(SENDER_DROPPED):]: v for k, v in stats.items()
+                if k.startswith(SENDER_DROPPED)}
+    received = {k: v for k, v in stats.items() if not k.startswith(SENDER_DROPPED)}
+    print("received: " + (", ".join(f"{k}={v}" for k, v in sorted(received.items())) or
                           "nothing"), flush=True)
+    # Lost before they were sent (the senders' own limits), so never in DROPS below.
+    print("dropped by the senders before sending (their dropped_*_count): " + (
+        ", ".join(f"{n} {what}" for what, n in sorted(declared.items()))
+        or "none declared"), flush=True)
     if mapper is not None:
         print(summary(mapper), flush=True)
     for line in DROPS.summary_lines():

@@ -1,17 +1,24 @@
-"""The demo's layered circuit: a small quantized network over M31.
+"""The demo's layered circuit: a small ternary-quantized network over M31.
 
 Activations are (rows, width) tensors of M31 elements (signed integers map to their
 representatives mod p). Layers, in a repeating pattern:
 
-* ``MatMul``      Y = X·W, W (width × width) int3 weights  — sumcheck over the inner dim, degree 2
-* ``Add``         Y = X + 1·bᵀ, bias b (width)             — linear, no rounds
+* ``MatMul``      Y = X·W, W (width × width) a signed permutation: ternary weights in
+                  {−1, 0, 1}, one non-zero per column     — sumcheck over the inner dim, degree 2
+* ``Add``         Y = X + 1·bᵀ, bias b (width) in {−1, 0, 1}  — linear, no rounds
 * ``Activation``  Y = X ⊙ X (square activation)            — sumcheck with eq, degree 3
-* ``Mul``         Y = X ⊙ 1·sᵀ, per-channel scale s (width) — sumcheck with eq, degree 3
-* ``Attention``   Y = A·X, A (rows × rows) a fixed causal, row-stochastic score matrix
-                  quantized to 1/16 (token mixing)         — sumcheck over tokens, degree 2
+* ``Mul``         Y = X ⊙ 1·sᵀ, per-channel sign s ∈ {−1, 1}  — sumcheck with eq, degree 3
+* ``Attention``   Y = A·X, A (rows × rows) a fixed causal hard-attention matrix: each
+                  token attends to one earlier (or its own) token (token mixing)
+                                                           — sumcheck over tokens, degree 2
 
-There are no range checks or re-quantization, so values wrap mod p after a few layers:
-the proof is about the field computation, exactly as written.
+Why ternary: the circuit has no rescaling step, and without one a square activation
+doubles the bit width every time, so any wider range wraps mod p within a few layers
+(then the "statistics" are of pseudorandom field elements). With values in {−1, 0, 1}
+per column, every layer maps that set into itself, so a network of any depth stays
+quantized. The weights are drawn so that holds (each bias is chosen against the column's
+interval), and :mod:`~otel_proofscope.demo.ranges` proves it by interval arithmetic over
+the public input and weights; :func:`build_network` refuses a network that could wrap.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from otel_proofscope.demo import ranges
 from otel_proofscope.demo.field import P, U64Array, m31_array, m31_matmul
 from otel_proofscope.demo.mle import log2_exact
 from otel_proofscope.instrumentation import CircuitNode
@@ -31,10 +39,10 @@ PATTERN: tuple[LayerKind, ...] = (
     LayerKind.MATMUL, LayerKind.ADD, LayerKind.ACTIVATION, LayerKind.MUL, LayerKind.ATTENTION,
 )
 
-#: Fixed-point scale of the attention scores (1/16).
-ATTENTION_SCALE = 16
-
 _PU = np.uint64(P)
+
+#: Hash-query budget the Fiat–Shamir soundness figure assumes (2^40 BLAKE2s calls).
+HASH_QUERIES_LOG2 = 40
 
 
 @dataclass
@@ -101,9 +109,9 @@ class LayerSpec:
         raise ValueError(f"layer {self.index}: unsupported kind {self.kind}")
 
     def attention_scores(self) -> list[list[float]]:
-        """The score matrix as real numbers (what the heatmap shows)."""
+        """The score matrix exactly as the circuit multiplies by it (what the heatmap shows)."""
         assert self.kind is LayerKind.ATTENTION and self.weight is not None
-        return (self.weight.astype(np.float64) / ATTENTION_SCALE).tolist()  # type: ignore[no-any-return]
+        return signed(self.weight).tolist()  # type: ignore[no-any-return]
 
 
 @dataclass
@@ -150,18 +158,43 @@ class Network:
         numerator = out_vars + sum(layer.rounds * layer.degree for layer in self.layers)
         return 4 * math.log2(P) - math.log2(numerator)
 
+    def fiat_shamir_bits(self, hash_queries_log2: int = HASH_QUERIES_LOG2) -> float:
+        """−log2 of the non-interactive (Fiat–Shamir) soundness error for an adversary
+        making 2^``hash_queries_log2`` BLAKE2s queries (see docs/prover.md).
 
-def _attention_matrix(rows: int) -> U64Array:
-    """Causal scores decaying with distance, each row quantized to sum to 16."""
-    idx = np.arange(rows)
-    dist = idx[:, None] - idx[None, :]
-    logits = np.where(dist >= 0, -0.5 * dist.astype(np.float64), -np.inf)
-    probs = np.exp(logits - logits.max(axis=1, keepdims=True))
-    probs /= probs.sum(axis=1, keepdims=True)
-    q = np.floor(probs * ATTENTION_SCALE).astype(np.int64)
-    q[idx, idx] += ATTENTION_SCALE - q.sum(axis=1)  # rounding slack to the diagonal
-    out: U64Array = q.astype(np.uint64)
-    return out
+        In the random-oracle model the protocol's round-by-round error is the largest
+        error of one challenge: m_out/|F| for the output point (a multilinear polynomial
+        in m_out variables, drawn at once) or d/|F| for a sumcheck round. An adversary
+        making T queries succeeds with probability ≤ T·that/|F|, plus T²/2^256 for a
+        BLAKE2s-256 collision.
+        """
+        out_vars = log2_exact(self.rows) + log2_exact(self.width)
+        d_max = max([out_vars, *(layer.degree for layer in self.layers)])
+        t = 2.0 ** hash_queries_log2
+        error = t * d_max / float(P) ** 4 + t * t / 2.0 ** 256
+        return -math.log2(error)
+
+
+def _attention_matrix(rows: int, rng: np.random.Generator) -> U64Array:
+    """Causal hard attention: row i has a single 1, at a token among the last 4 ≤ i."""
+    a = np.zeros((rows, rows), dtype=np.int64)
+    for i in range(rows):
+        a[i, rng.integers(max(0, i - 3), i + 1)] = 1
+    return m31_array(a)
+
+
+def _signed_permutation(width: int, rng: np.random.Generator) -> U64Array:
+    w = np.zeros((width, width), dtype=np.int64)
+    w[rng.permutation(width), np.arange(width)] = rng.choice((-1, 1), size=width)
+    return m31_array(w)
+
+
+def _bias(lo: np.ndarray, hi: np.ndarray,  # type: ignore[type-arg]
+          rng: np.random.Generator) -> U64Array:
+    """Per column, a bias in {−1, 0, 1} that keeps the column inside [−1, 1]."""
+    choices = [[b for b in (-1, 0, 1) if a + b >= -1 and c + b <= 1]
+               for a, c in zip(lo.tolist(), hi.tolist(), strict=True)]
+    return m31_array([int(rng.choice(c)) for c in choices])
 
 
 def build_network(layers: int = 8, width: int = 32, rows: int | None = None, seed: int = 0,
@@ -177,24 +210,33 @@ def build_network(layers: int = 8, width: int = 32, rows: int | None = None, see
     plan = list(kinds) if kinds is not None else [PATTERN[i % len(PATTERN)]
                                                   for i in range(layers)]
     rng = np.random.default_rng(seed)
-    x0 = m31_array(rng.integers(-8, 9, size=(rows, width)))
+    # Each input column is one-signed ({0, 1} or {−1, 0}), so biases have room to move.
+    x0 = m31_array(rng.integers(0, 2, size=(rows, width)) * rng.choice((-1, 1), size=width))
+    bounds = ranges.input_bounds(x0)
+    proven: list[ranges.Bounds] = []
     specs: list[LayerSpec] = []
     for i, kind in enumerate(plan):
         weight: U64Array | None
         if kind is LayerKind.MATMUL:
-            weight = m31_array(rng.integers(-3, 4, size=(width, width)))
+            weight = _signed_permutation(width, rng)
         elif kind is LayerKind.ADD:
-            weight = m31_array(rng.integers(-16, 17, size=width))
+            weight = _bias(*bounds, rng)
         elif kind is LayerKind.MUL:
-            weight = m31_array(rng.integers(1, 5, size=width))
+            weight = m31_array(rng.choice((-1, 1), size=width))
         elif kind is LayerKind.ATTENTION:
-            weight = _attention_matrix(rows)
+            weight = _attention_matrix(rows, rng)
         elif kind is LayerKind.ACTIVATION:
             weight = None
         else:
             raise ValueError(f"unsupported layer kind {kind}")
         specs.append(LayerSpec(i, kind, rows, width, weight))
-    return Network(f"quantized-mlp-{len(plan)}x{width}", rows, width, x0, specs)
+        bounds = ranges.layer_bounds(kind, weight, bounds)
+        proven.append(bounds)
+    net = Network(f"ternary-mlp-{len(plan)}x{width}", rows, width, x0, specs)
+    problem = ranges.first_wrap(net, proven)
+    if problem is not None:  # cannot happen with the draws above; the proof is the check
+        raise ValueError(f"network would not stay quantized: {problem}")
+    return net
 
 
 def signed(values: U64Array) -> np.ndarray:  # type: ignore[type-arg]

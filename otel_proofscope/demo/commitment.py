@@ -23,6 +23,9 @@ from otel_proofscope.demo.mle import evaluate
 #: the prover's critical path; an opening here reveals the whole tensor anyway.
 LEAF_ELEMENTS = 256
 
+#: Length of a commitment (one BLAKE2s digest); the proof encoding relies on it.
+COMMITMENT_BYTES = 32
+
 
 def commit(weights: U64Array) -> bytes:
     """32-byte commitment: BLAKE2s(shape ‖ Merkle root of the little-endian u32 limbs)."""
@@ -46,6 +49,8 @@ def commit(weights: U64Array) -> bytes:
 def open_check(weights: U64Array, commitment: bytes, point: Sequence[QM31],
                value: QM31) -> str | None:
     """Verifier side of an opening: None if ``W̃(point) = value`` for the committed W."""
+    if len(commitment) != COMMITMENT_BYTES:
+        return f"weight commitment is {len(commitment)} bytes, not {COMMITMENT_BYTES}"
     if commit(weights) != commitment:
         return "weight commitment does not match the model"
     if evaluate(weights, point) != value:

@@ -18,10 +18,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from otel_proofscope.demo.commitment import COMMITMENT_BYTES
 from otel_proofscope.demo.field import QM31, P, U64Array
 from otel_proofscope.semconv import LayerKind
 
 MAGIC = b"PSGKR1"
+QM31_BYTES = 16
 
 _KIND_CODES: dict[LayerKind, int] = {
     LayerKind.MATMUL: 1, LayerKind.ADD: 2, LayerKind.ACTIVATION: 3, LayerKind.MUL: 4,
@@ -56,7 +58,11 @@ class Proof:
         out += np.ascontiguousarray(self.output, dtype=np.uint64).astype("<u4").tobytes()
         out += struct.pack("<I", len(self.commitments))
         for idx in sorted(self.commitments):
-            out += struct.pack("<I", idx) + self.commitments[idx]
+            c = self.commitments[idx]
+            if len(c) != COMMITMENT_BYTES:  # the layout has no length field for it
+                raise ValueError(f"commitment for layer {idx} is {len(c)} bytes, "
+                                 f"not {COMMITMENT_BYTES}")
+            out += struct.pack("<I", idx) + c
         out += struct.pack("<I", len(self.layers))
         for lp in self.layers:
             per_round = len(lp.round_polys[0]) if lp.round_polys else 0
@@ -80,21 +86,28 @@ class Proof:
             raise ValueError("not a PSGKR1 proof")
         rows, width = r.unpack("<II")
         count = rows * width
+        r.need(4 * count, f"a {rows}×{width} output")
         output = np.frombuffer(r.take(4 * count), dtype="<u4").astype(np.uint64)
         if (output >= P).any():
             raise ValueError("output element out of range")
         commitments: dict[int, bytes] = {}
         for _ in range(r.unpack("<I")[0]):
             idx = r.unpack("<I")[0]
-            commitments[idx] = r.take(32)
+            if idx in commitments:
+                raise ValueError(f"two commitments for layer {idx}")
+            commitments[idx] = r.take(COMMITMENT_BYTES)
         layers: list[LayerProof] = []
         for _ in range(r.unpack("<I")[0]):
             index, code, per_round, rounds = r.unpack("<IBBI")
             if code not in _CODE_KINDS:
                 raise ValueError(f"unknown layer kind code {code}")
+            r.need(rounds * per_round * QM31_BYTES, f"layer {index}: {rounds} rounds")
             polys = [[r.qm31() for _ in range(per_round)] for _ in range(rounds)]
             input_eval = r.qm31()
-            weight_eval = r.qm31() if r.take(1) == b"\x01" else None
+            flag = r.take(1)
+            if flag not in (b"\x00", b"\x01"):
+                raise ValueError(f"layer {index}: has-weight byte {flag[0]} is not 0 or 1")
+            weight_eval = r.qm31() if flag == b"\x01" else None
             layers.append(LayerProof(index, _CODE_KINDS[code], polys, input_eval, weight_eval))
         if r.remaining():
             raise ValueError(f"{r.remaining()} trailing bytes")
@@ -112,6 +125,12 @@ class _Reader:
         chunk = self._data[self._pos:self._pos + n]
         self._pos += n
         return chunk
+
+    def need(self, n: int, what: str) -> None:
+        """Refuse a declared length longer than what is left, before reading it."""
+        if n > self.remaining():
+            raise ValueError(f"truncated proof: {what} need {n} bytes, "
+                             f"{self.remaining()} left")
 
     def unpack(self, fmt: str) -> tuple[int, ...]:
         return struct.unpack(fmt, self.take(struct.calcsize(fmt)))

@@ -24,7 +24,7 @@ from otel_proofscope.demo.proof import LayerProof, Proof
 from otel_proofscope.demo.statement import begin_layer, bind_statement
 from otel_proofscope.demo.transcript import Transcript
 from otel_proofscope.demo.verifier import VerifyResult, verify
-from otel_proofscope.instrumentation import ActivationStats, ProofTracer, get_tracer
+from otel_proofscope.instrumentation import ActivationStats, ProofTracer, get_tracer, span_seconds
 from otel_proofscope.phase_cost import PhaseCostResult
 from otel_proofscope.semconv import LayerKind
 
@@ -179,12 +179,11 @@ def prove_witness(network: Network, acts: list[U64Array], commitments: dict[int,
     layer_proofs: list[LayerProof] = []
     total = len(network.layers)
     for done, layer in enumerate(reversed(network.layers)):
-        t0 = time.perf_counter()
-        claim = _prove_instrumented(tracer, layer, acts, claim, transcript, matmul, hw_id,
-                                    commitments, layer_proofs)
+        claim, seconds = _prove_instrumented(tracer, layer, acts, claim, transcript, matmul,
+                                             hw_id, commitments, layer_proofs)
         kind = layer.kind.value
         if layer_seconds is not None:
-            layer_seconds[kind] = layer_seconds.get(kind, 0.0) + time.perf_counter() - t0
+            layer_seconds[kind] = layer_seconds.get(kind, 0.0) + seconds
         if progress is not None:
             progress(done + 1, total, f"layer {layer.index} {kind}")
     return Proof(output, dict(commitments), layer_proofs)
@@ -193,8 +192,11 @@ def prove_witness(network: Network, acts: list[U64Array], commitments: dict[int,
 def _prove_instrumented(tracer: ProofTracer, layer: LayerSpec, acts: list[U64Array],
                         claim: Claim, transcript: Transcript, mm: MatmulFn,
                         hw_id: str | None, commitments: dict[int, bytes],
-                        out: list[LayerProof]) -> Claim:
+                        out: list[LayerProof]) -> tuple[Claim, float]:
+    """Prove one layer under its span; returns the claim on its input and the layer's
+    duration: the span's own (the same number as the span and ``proof.layer.duration``)."""
     i = layer.index
+    t0 = time.perf_counter_ns()
     degree = layer.degree
     layer_hw = hw_id if layer.kind in (LayerKind.MATMUL, LayerKind.ATTENTION) else None
     with tracer.layer(index=i, kind=layer.kind, proof_kind=layer.proof_kind,
@@ -206,12 +208,13 @@ def _prove_instrumented(tracer: ProofTracer, layer: LayerSpec, acts: list[U64Arr
         if layer.kind is LayerKind.ATTENTION and layer.rows <= 64:
             tracer.attention_heatmap(0, 1, layer.attention_scores)
 
-        def on_round(rnd: int, evals: list[QM31], after: QM31) -> None:
-            # Evaluations at t = 0..d and g(r): enough for a reader to redo the check.
-            # Limb tuples, built only if the layer records (their canonical form is the
-            # same as QM31's, and cheaper to produce).
+        def on_round(rnd: int, evals: list[QM31], r: QM31, after: QM31) -> None:
+            # Evaluations at t = 0..d, the challenge r and g(r): enough for a reader to
+            # redo both checks, g(0) + g(1) = claim and g(r) = next claim. Limb tuples,
+            # built only if the layer records (their canonical form is the same as
+            # QM31's, and cheaper to produce).
             tracer.sumcheck_round(rnd, lambda: [e.limbs for e in evals],
-                                  lambda: after.limbs, degree)
+                                  lambda: after.limbs, degree, challenge=lambda: r.limbs)
 
         step = prove_layer(layer, acts[i], claim, transcript, mm, on_round)
         out.append(step.proof)
@@ -225,4 +228,4 @@ def _prove_instrumented(tracer: ProofTracer, layer: LayerSpec, acts: list[U64Arr
                     raise AssertionError(f"layer {i}: weight opening disagrees with sumcheck")
                 opening.set_commitment(commitments[i].hex())
         layer_span.set_final_claim(step.claim.value)
-    return step.claim
+    return step.claim, span_seconds(layer_span.span, t0)

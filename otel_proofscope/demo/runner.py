@@ -17,10 +17,12 @@ from typing import Any
 
 from opentelemetry import metrics, trace
 
-from otel_proofscope.demo.circuit import Network, build_network
+from otel_proofscope.demo.circuit import HASH_QUERIES_LOG2, Network, build_network
 from otel_proofscope.demo.field import MatmulFn, m31_matmul
 from otel_proofscope.demo.prover import Progress, ProveResult, prove
 from otel_proofscope.instrumentation import ProofTracer
+from otel_proofscope.ledger import DROPS
+from otel_proofscope.semconv import SINK_RERUN
 
 _log = logging.getLogger(__name__)
 
@@ -77,6 +79,10 @@ class DemoResult:
     spans_exported: dict[str, int] = field(default_factory=dict)
     events_exported: dict[str, int] = field(default_factory=dict)
     dropped: int = 0
+    #: Items the Rerun sink of this run counted as lost (any reason).
+    rerun_lost: int = 0
+    #: The shutdown hit its bound: what was still in flight is unconfirmed.
+    timed_out: bool = False
     hw_id: str | None = None
     #: Verification outcome of every proof when ``repeat`` > 1 (``prove`` is the last).
     all_verified: list[bool] = field(default_factory=list)
@@ -99,8 +105,10 @@ class DemoResult:
             f"network: {net.name}, {len(net.layers)} layers, {net.rows}×{net.width} "
             f"activations, backend {o.backend}" + (f" ({self.hw_id})" if self.hw_id else ""),
             f"proof: {p.size:,} bytes, {len(p.proof.layers)} layer proofs, "
-            f"{p.proof.weight_openings} weight openings, {p.rounds} sumcheck rounds, "
-            f"soundness {p.soundness_bits:.1f} bits",
+            f"{p.proof.weight_openings} weight openings, {p.rounds} sumcheck rounds",
+            f"soundness: {p.soundness_bits:.1f} bits interactive, "
+            f"{net.fiat_shamir_bits():.1f} bits non-interactive (Fiat–Shamir, against "
+            f"2^{HASH_QUERIES_LOG2} hash queries)",
             f"time: prove {p.prove_s * 1e3:.1f} ms, verify {p.verify_s * 1e3:.1f} ms, "
             f"wall {self.wall_s:.2f} s",
             "time per layer kind: " + ", ".join(
@@ -120,8 +128,19 @@ class DemoResult:
         target = self.rerun_target
         if target.startswith("file:"):
             lines.append(f"open the recording: rerun {target[len('file:'):]}")
+        elif target not in ("off", "") and (self.rerun_lost or self.timed_out):
+            # Never claim a delivery the sink counted as lost or could not confirm in
+            # time; say what works instead.
+            rrd = self.options.out_dir / RRD_FILE
+            what = (f"did not get the recording ({self.rerun_lost} item(s) lost, counted "
+                    "above)" if self.rerun_lost else
+                    "may not have the recording (shutdown hit its bound before delivery "
+                    "was confirmed)")
+            lines.append(f"the Rerun viewer at {target} {what}; record to a file instead: "
+                         f"--rerun file:{rrd}, then open it with: rerun {rrd}")
         elif target == "spawn":
-            lines.append("the Rerun viewer was spawned and received the recording")
+            lines.append("sent to the spawned Rerun viewer (it still accepted connections "
+                         "at shutdown)")
         elif target not in ("off", ""):
             lines.append(f"streamed to the Rerun viewer at {target}")
         return lines
@@ -225,10 +244,12 @@ def run_demo(options: DemoOptions) -> DemoResult:
     if target.lower() not in ("off", "none", ""):
         problem = rerun_available()
         if problem is not None:
-            _log.warning("Rerun output disabled: %s", problem)
+            # Said once, in the summary ("rerun: disabled: …"), not also as a warning.
+            _log.debug("Rerun output disabled: %s", problem)
             note, target = f"disabled: {problem}", "off"
         elif target.startswith("file:"):
             Path(target[len("file:"):]).parent.mkdir(parents=True, exist_ok=True)
+    rerun_lost_before = DROPS.total(sink=SINK_RERUN)
     telemetry = configure(service_name="proofscope-demo", out_dir=options.out_dir,
                           rerun=target, prometheus_port=options.prometheus_port,
                           capture_witness=options.witness, set_global=options.set_global,
@@ -248,7 +269,7 @@ def run_demo(options: DemoOptions) -> DemoResult:
             telemetry.force_flush()  # so files and scrapers see the proof while we hold
             _hold(options)
     finally:
-        report = telemetry.shutdown()
+        report = telemetry.shutdown(log_drops=False)  # printed in the summary
     files: dict[str, Path] = {}
     out_dir = telemetry.out_dir
     if out_dir is not None:
@@ -261,6 +282,8 @@ def run_demo(options: DemoOptions) -> DemoResult:
                       rerun_target=target, rerun_note=note, files=files,
                       telemetry_lines=report.lines(), spans_exported=report.spans_exported,
                       events_exported=report.events_exported, dropped=report.dropped,
+                      rerun_lost=DROPS.total(sink=SINK_RERUN) - rerun_lost_before,
+                      timed_out=report.timed_out,
                       hw_id=hw_id, all_verified=outcomes)
 
 

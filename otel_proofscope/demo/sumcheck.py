@@ -27,8 +27,8 @@ from otel_proofscope.demo.field import (
 from otel_proofscope.demo.mle import fold
 from otel_proofscope.demo.transcript import Transcript
 
-#: Called after each round with (round index, evaluations 0..d, claim g(r)).
-RoundHook = Callable[[int, list[QM31], QM31], None]
+#: Called after each round with (round index, evaluations 0..d, challenge r, claim g(r)).
+RoundHook = Callable[[int, list[QM31], QM31, QM31], None]
 
 
 class SumcheckError(ValueError):
@@ -92,7 +92,7 @@ def prove(tables: Sequence[U64Array], claim: QM31, transcript: Transcript,
         polys.append(evals)
         chals.append(r)
         if on_round is not None:
-            on_round(rnd, evals, claim)
+            on_round(rnd, evals, r, claim)
     return SumcheckResult(polys, chals, [to_scalar(t) for t in cur], claim)
 
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from otel_proofscope.demo import sumcheck
 from otel_proofscope.demo.circuit import LayerSpec, Network
-from otel_proofscope.demo.commitment import commit, open_check
+from otel_proofscope.demo.commitment import COMMITMENT_BYTES, commit, open_check
 from otel_proofscope.demo.field import QM31
 from otel_proofscope.demo.mle import eq_eval, evaluate, log2_exact
 from otel_proofscope.demo.proof import LayerProof, Proof
@@ -47,6 +47,10 @@ def _verify(network: Network, proof: Proof) -> None:
     weighted = {layer.index for layer in network.layers if layer.weight is not None}
     if set(proof.commitments) != weighted:
         raise Rejected("proof commits to a different set of weight tensors")
+    for idx, c in sorted(proof.commitments.items()):
+        if len(c) != COMMITMENT_BYTES:
+            raise Rejected(f"commitment for layer {idx} is {len(c)} bytes, "
+                           f"not {COMMITMENT_BYTES}")
     if len(proof.layers) != len(network.layers):
         raise Rejected(f"expected {len(network.layers)} layer proofs, got {len(proof.layers)}")
     transcript = Transcript()
@@ -120,6 +124,9 @@ def verify_layer(layer: LayerSpec, lp: LayerProof, point: list[QM31], claim: QM3
 
 def _open(layer: LayerSpec, commitment: bytes | None, point: list[QM31], value: QM31) -> None:
     assert layer.weight is not None
-    problem = open_check(layer.weight, commitment or commit(layer.weight), point, value)
+    # Only an absent commitment means "the model's own"; an empty or short one is a
+    # commitment to nothing and must fail the opening, not fall back to the model.
+    bound = commit(layer.weight) if commitment is None else commitment
+    problem = open_check(layer.weight, bound, point, value)
     if problem is not None:
         raise Rejected(f"layer {layer.index} ({layer.kind.value}): {problem}")

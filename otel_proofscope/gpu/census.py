@@ -93,14 +93,16 @@ def render_table(census: list[CensusBackend]) -> str:
     for b in census:
         if b.available:
             rows.append((b.name, "available", f"{len(b.devices)} device(s)"))
+        elif b.reason in (None, "unavailable"):  # the status already says it
+            rows.append((b.name, "unavailable", b.detail or "no reason given"))
         else:
             rows.append((b.name, "unavailable", f"{b.reason}: {b.detail or '?'}"))
     lines += _table(rows)
     for b in census:
         for s in b.devices:
             i = s.identity
-            pci = (f"pci {i.pci_vendor_id:#06x}:{i.pci_device_id:#06x}"
-                   if i.pci_vendor_id is not None and i.pci_device_id is not None else "pci ?")
+            pci = "pci " + ":".join("?" if v is None else f"{v:#06x}"
+                                    for v in (i.pci_vendor_id, i.pci_device_id))
             lines += ["", f"{i.hw_id} — {i.name}",
                       f"  backend {i.backend} · vendor {i.vendor} · {pci} · driver "
                       f"{i.driver_version or '?'}{' · software' if i.software else ''} · "

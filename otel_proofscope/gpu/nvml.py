@@ -16,6 +16,7 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
+from otel_proofscope.extras import missing
 from otel_proofscope.gpu.backend import (
     BACKEND_NVML,
     DEVICE_CAPABILITIES,
@@ -48,7 +49,7 @@ def load_pynvml() -> Any:
         import pynvml
     except ImportError as exc:
         raise BackendUnavailable(BACKEND_NVML, GapReason.UNAVAILABLE,
-                                 f"nvidia-ml-py is not installed ({exc})") from None
+                                 missing("nvidia-ml-py", "nvml", exc)) from None
     return pynvml
 
 

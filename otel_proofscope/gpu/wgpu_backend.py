@@ -20,6 +20,7 @@ from typing import Any
 
 from opentelemetry import metrics
 
+from otel_proofscope.extras import missing
 from otel_proofscope.gpu.backend import (
     DEVICE_CAPABILITIES,
     PROFILER_CAPABILITIES,
@@ -32,12 +33,12 @@ from otel_proofscope.gpu.backend import (
 )
 from otel_proofscope.gpu.dispatch import GpuRuntime
 from otel_proofscope.gpu.evidence import EvidenceDedup
+from otel_proofscope.gpu.timestamp_probe import TIMESTAMP_FEATURE, read_pass_timestamps
 from otel_proofscope.semconv import GapReason, GpuCapability
 
 _log = logging.getLogger("otel_proofscope.gpu")
 
 BACKEND_WGPU = "wgpu"
-TIMESTAMP_FEATURE = "timestamp-query"
 
 _BACKEND_NAMES: Mapping[str, str] = {
     "vulkan": "vulkan",
@@ -73,7 +74,7 @@ def load_wgpu() -> Any:
         import wgpu
     except ImportError as exc:
         raise BackendUnavailable(BACKEND_WGPU, GapReason.UNAVAILABLE,
-                                 f"wgpu is not installed ({exc})") from None
+                                 missing("wgpu", "wgpu", exc)) from None
     return wgpu
 
 
@@ -86,6 +87,7 @@ def backend_name(backend_type: str) -> str:
 def adapter_identity(info: Mapping[str, Any]) -> DeviceIdentity:
     """Identity from a wgpu adapter info dict."""
     backend = backend_name(str(info.get("backend_type", "")))
+    # 0 is what wgpu reports when it does not know an id: absent, never "vendor 0".
     vendor_id = int(info.get("vendor_id") or 0)
     device_id = int(info.get("device_id") or 0)
     driver = str(info.get("description") or "")
@@ -96,8 +98,8 @@ def adapter_identity(info: Mapping[str, Any]) -> DeviceIdentity:
         name=str(info.get("device") or "unknown adapter"),
         vendor=vendor_name(vendor_id or None, str(info.get("vendor") or "")),
         driver_version=driver,
-        pci_vendor_id=vendor_id,
-        pci_device_id=device_id,
+        pci_vendor_id=vendor_id or None,
+        pci_device_id=device_id or None,
         software=str(info.get("adapter_type", "")).lower() == "cpu",
     )
 
@@ -119,6 +121,7 @@ class WgpuAdapterSource:
         self.adapter = adapter
         self._identity = adapter_identity(adapter.info)
         self.features = frozenset(str(f) for f in adapter.features)
+        self._timestamps: tuple[int, int] | str | None = None  # read once, on first sample
 
     @property
     def identity(self) -> DeviceIdentity:
@@ -126,7 +129,16 @@ class WgpuAdapterSource:
 
     def sample(self) -> DeviceSample:
         gaps = {g.capability: g for g in adapter_gaps(self.features)}
-        measured = frozenset({GpuCapability.KERNEL_TIMESTAMPS}) - set(gaps)
+        measured: frozenset[GpuCapability] = frozenset()
+        if GpuCapability.KERNEL_TIMESTAMPS not in gaps:
+            # The feature flag says "may"; only a timestamp actually read says "measured".
+            if self._timestamps is None:
+                self._timestamps = read_pass_timestamps(self.adapter, load_wgpu())
+            if isinstance(self._timestamps, str):
+                gaps[GpuCapability.KERNEL_TIMESTAMPS] = Gap(
+                    GpuCapability.KERNEL_TIMESTAMPS, GapReason.DRIVER_ERROR, self._timestamps)
+            else:
+                measured = frozenset({GpuCapability.KERNEL_TIMESTAMPS})
         return DeviceSample(identity=self._identity, state=HwState.OK, measured=measured,
                             gaps=gaps)
 

@@ -23,6 +23,7 @@ import contextlib
 import logging
 import os
 import socket
+import sys
 import threading
 import time
 import uuid
@@ -49,7 +50,7 @@ from otel_proofscope.rerun.model import GapTable, ProofRegistry
 from otel_proofscope.rerun.shared import SharedByTarget
 from otel_proofscope.rerun.translate import Issues, SpanTranslator
 from otel_proofscope.rerun.translate_metrics import MetricIssues, MetricTranslator
-from otel_proofscope.semconv import DropReason
+from otel_proofscope.semconv import DISPLAY_CAPS, SINK_RERUN, DropReason
 
 _log = logging.getLogger(__name__)
 
@@ -58,7 +59,7 @@ DEFAULT_TARGET = "file:proofscope.rrd"
 DEFAULT_PORT = 9876
 APP_ID = "otel_proofscope"
 #: The ``proofscope.sink`` label of Rerun's entries in the drop ledger (not a RerunSink).
-LEDGER_SINK = "rerun"
+LEDGER_SINK = SINK_RERUN
 SINK = LEDGER_SINK  # the old name
 #: Items (spans or metric points) queued before new ones are dropped and counted.
 DEFAULT_QUEUE = 8192
@@ -111,6 +112,22 @@ def parse_target(text: str | None) -> Target:
     except ValueError:
         raise ValueError(f"rerun target {text!r}: bad port") from None
     return Target("grpc", url=url, host=parsed.hostname, port=port)
+
+
+def no_display() -> str | None:
+    """Why a spawned viewer cannot open a window here, or None where it can.
+
+    On Linux the viewer needs X11 or Wayland; without either it binds its port, then
+    exits (winit: no DISPLAY), and the recording sent to it is lost. Other platforms
+    always have a window system.
+    """
+    if not sys.platform.startswith("linux"):
+        return None
+    if any(os.environ.get(v) for v in ("DISPLAY", "WAYLAND_DISPLAY", "WAYLAND_SOCKET")):
+        return None
+    return ("no display (DISPLAY and WAYLAND_DISPLAY are unset), so the viewer cannot "
+            "start; record to a file instead (--rerun file:PATH.rrd) and open it where "
+            "there is a display: rerun PATH.rrd")
 
 
 def probe(host: str, port: int, timeout_s: float = 0.5) -> bool:
@@ -334,7 +351,9 @@ class RerunSink:
         else:
             r("metric_points", LEDGER_SINK, DropReason.INVALID, issues.skipped)
         for what, n in issues.capped.items():
-            r(what, LEDGER_SINK, DropReason.SIZE_CAP, n)
+            # A display cap over items that are complete elsewhere loses nothing.
+            r(what, LEDGER_SINK, DropReason.DISPLAY_CAP if what in DISPLAY_CAPS
+              else DropReason.SIZE_CAP, n)
         overflow = self.spans.gaps.overflow
         if overflow > self._gap_overflow:
             r("capability_gaps", LEDGER_SINK, DropReason.SIZE_CAP, overflow - self._gap_overflow)
@@ -511,6 +530,9 @@ class RerunSink:
         if not probe(t.host, t.port):
             if not spawn:
                 return f"nothing listens on {t.host}:{t.port}"
+            missing = no_display()
+            if missing is not None:  # the viewer would start, bind, and die in winit
+                return missing
             rr.spawn(port=t.port, connect=False, hide_welcome_screen=True,
                      recording=self._recording())
             deadline = time.monotonic() + self._connect_timeout

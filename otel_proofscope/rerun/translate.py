@@ -476,9 +476,11 @@ class SpanTranslator:
                 (Attr.PROOF_LAYER_PROOFS, Attr.PROOF_WEIGHT_OPENINGS, Attr.PROOF_SIZE,
                  Attr.PROOF_VERIFIED) if k in a]
         status = f" — {span.status.description}" if failed and span.status.description else ""
+        took = ("(replayed stream: its times are replay times, not the prover's)"
+                if model.replayed else f"in {(end - start) / 1e9:.3f} s")
         frame.text(f"logs/proof/{p}", end,
-                   _text(f"proof {p} {'FAILED' if failed else 'finished'} in "
-                         f"{(end - start) / 1e9:.3f} s: {' '.join(done)}{status}"),
+                   _text(f"proof {p} {'FAILED' if failed else 'finished'} {took}: "
+                         f"{' '.join(done)}{status}"),
                    "ERROR" if failed else "INFO")
         # The walk is over: dismiss the cursor.
         frame.points(f"gkr/walk/{p}/cursor", end, [])

@@ -106,8 +106,13 @@ class Telemetry:
             _log.warning("metric flush did not finish within %.1f s: %s", remaining / 1000, exc)
             return False
 
-    def shutdown(self, timeout_s: float | None = None) -> ShutdownReport:
-        """Flush and close every sink within ``timeout_s``; report what was lost."""
+    def shutdown(self, timeout_s: float | None = None, *,
+                 log_drops: bool = True) -> ShutdownReport:
+        """Flush and close every sink within ``timeout_s``; report what was lost.
+
+        ``log_drops=False``: the caller prints ``report.lines()`` itself (the CLI's exit
+        summary), so the drop lines are not logged a second time.
+        """
         with self._lock:
             if self._report is not None:
                 return self._report
@@ -130,7 +135,7 @@ class Telemetry:
                     _log.debug("closer raised %r", exc)
             elapsed = time.monotonic() - start
             self._report = self._make_report(budget, elapsed > budget)
-            if self._report.dropped:
+            if self._report.dropped and log_drops:
                 for line in self._report.drop_lines:
                     _log.warning("%s", line)
             return self._report

@@ -79,6 +79,16 @@ __all__ = ["SPAN_NAMES", "EzklAttr", "EzklInstrumentor", "EzklSpanName"]
 
 _log = logging.getLogger("otel_proofscope.ezkl")
 
+def _span_seconds(run: OpenProof) -> float:
+    """The root span's own duration (it ends at the last phase, not at close), so the
+    metric and the span are one measurement; the monotonic clock only for a span that
+    does not record times (no SDK)."""
+    start, end = getattr(run.span, "start_time", None), getattr(run.span, "end_time", None)
+    if isinstance(start, int) and isinstance(end, int):
+        return (end - start) / 1e9
+    return (time.perf_counter_ns() - run.start_perf_ns) / 1e9
+
+
 class EzklInstrumentor(BaseInstrumentor):  # type: ignore[misc]
     """Wraps EZKL's proving functions into contract spans (see the module docstring)."""
 
@@ -205,8 +215,7 @@ class EzklInstrumentor(BaseInstrumentor):  # type: ignore[misc]
                 False if run.failed else None)
             if verified is not None:
                 m_attrs[Attr.PROOF_VERIFIED] = verified
-            self._proof_duration.record((time.perf_counter_ns() - run.start_perf_ns) / 1e9,
-                                        m_attrs)
+            self._proof_duration.record(_span_seconds(run), m_attrs)
 
     def _proof_for(self, function: str, model: str | None) -> OpenProof | None:
         """The proof root this call belongs to, opening or closing roots as needed."""

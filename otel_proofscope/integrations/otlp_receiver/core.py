@@ -34,6 +34,8 @@ _log = logging.getLogger("otel_proofscope.serve")
 #: The ``proofscope.sink`` label of this receiver's entries in the drop ledger.
 LEDGER_SINK = "otlp_receiver"
 SINK = LEDGER_SINK  # the old name
+#: Prefix of the :meth:`Ingest.stats` keys for what senders declared dropped.
+SENDER_DROPPED = "sender_dropped."
 #: Drop reason for a request without the right bearer token (not yet in semconv.DropReason).
 REASON_UNAUTHENTICATED = "unauthenticated"
 #: Drop reason for a request turned away because the receiver was busy.
@@ -155,6 +157,7 @@ class Ingest:
         return self.handle_metrics(request)
 
     def handle_traces(self, request: ExportTraceServiceRequest) -> Result:
+        self._count_declared(request)
         batch = decode.spans_from_request(request)
         rejected, message = batch.rejected, batch.error_message
         if rejected:
@@ -236,6 +239,25 @@ class Ingest:
             item = _ITEM_SIGNAL[signal]
             self._items[f"{item}_accepted"] += accepted
             self._items[f"{item}_rejected"] += rejected
+
+    def _count_declared(self, request: ExportTraceServiceRequest) -> None:
+        """What the senders say they dropped before sending (OTLP ``dropped_*_count``,
+        e.g. span events beyond their SDK's limit): lost upstream, never received, so
+        only reported, under ``sender_dropped.*`` in :meth:`stats`."""
+        declared: Counter[str] = Counter()
+        for rs in request.resource_spans:
+            for ss in rs.scope_spans:
+                for pb in ss.spans:
+                    declared["span_events"] += pb.dropped_events_count
+                    declared["span_attributes"] += pb.dropped_attributes_count
+                    declared["span_links"] += pb.dropped_links_count
+                    declared["event_attributes"] += sum(e.dropped_attributes_count
+                                                        for e in pb.events)
+        if any(declared.values()):
+            with self._stats_lock:
+                for what, n in declared.items():
+                    if n:
+                        self._items[f"{SENDER_DROPPED}{what}"] += n
 
     def stats(self) -> dict[str, int]:
         """Counts so far: ``requests.<signal>.<outcome>`` and ``<items>_accepted|rejected``."""

@@ -35,6 +35,7 @@ from opentelemetry.util.types import AttributeValue
 
 from otel_proofscope import fields
 from otel_proofscope.instrumentation import (
+    MAX_ATTENTION_SIDE,
     ActivationStats,
     CircuitNode,
     PhaseHandle,
@@ -395,12 +396,16 @@ class StreamBridge:
         previous = top.extra.pop("pending_round", None)
         if previous is not None:
             self._record_round(previous, claim)
-        top.extra["pending_round"] = (ev.round, evaluations(coeffs), len(coeffs) - 1)
+        challenge = None if ev.challenge is None else ev.challenge.limbs()
+        top.extra["pending_round"] = (ev.round, evaluations(coeffs), len(coeffs) - 1,
+                                      challenge)
 
-    def _record_round(self, pending: tuple[int, list[tuple[int, ...]], int],
+    def _record_round(self, pending: tuple[int, list[tuple[int, ...]], int,
+                                           tuple[int, ...] | None],
                       claim: tuple[int, ...] | None) -> None:
-        round_index, evals, degree = pending
-        self.tracer.sumcheck_round(round_index, evals, claim, degree=degree)
+        round_index, evals, degree, challenge = pending
+        self.tracer.sumcheck_round(round_index, evals, claim, degree=degree,
+                                   challenge=challenge)
 
     def _layer_end(self, ev: s.LayerEnd) -> None:
         entry = self._end("layer", "LayerEnd", ev.layer_idx)
@@ -545,10 +550,10 @@ class StreamBridge:
                 max=_nan(st.max), sparsity=_nan(st.sparsity),
                 sample=[float(v) for v in ev.output_sample]))
             return
-        side = min(ev.seq_len, 64)
+        side = min(ev.seq_len, MAX_ATTENTION_SIDE)
         if side == 0 or len(ev.scores) != side * side:
-            self.stats.record_problem("AttentionHeatmap whose scores are not "
-                                      "min(seq_len,64)² long")
+            # The decoder rejects such lines; this catches events handed to handle().
+            self.stats.record_problem("AttentionHeatmap.scores", reason="invalid_value")
             return
         rows = [[_nan(v) for v in ev.scores[r * side:(r + 1) * side]] for r in range(side)]
         self.tracer.attention_heatmap(ev.head_idx, ev.num_heads, rows)

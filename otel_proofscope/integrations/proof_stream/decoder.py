@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from otel_proofscope.instrumentation import MAX_ATTENTION_SIDE
 from otel_proofscope.integrations.proof_stream import schema as s
 
 #: Longest line accepted (a 64×64 attention map is ~50 KiB of JSON).
@@ -235,7 +236,7 @@ _STRUCTS: dict[str, _Conv] = {
         "poly_deg2": _Opt(_struct(s.RoundPolyViz, {"c0": _qm31, "c1": _qm31, "c2": _qm31})),
         "poly_deg3": _Opt(_struct(s.RoundPolyDeg3Viz, {
             "c0": _qm31, "c1": _qm31, "c2": _qm31, "c3": _qm31})),
-        "claim_value_approx": _f32}),
+        "claim_value_approx": _f32, "challenge": _Opt(_qm31)}),
     "LayerEnd": _struct(s.LayerEnd, {
         "layer_idx": _usize, "kind": _enum(s.LAYER_PROOF_KINDS),
         "final_claim_value_approx": _f32, "duration_ms": _u64, "rounds_completed": _usize}),
@@ -263,6 +264,21 @@ _STRUCTS: dict[str, _Conv] = {
     "Log": _struct(s.Log, {"level": _enum(s.LOG_LEVELS), "message": _string}),
 }
 assert set(_STRUCTS) == set(s.VARIANTS), "decoder and schema disagree on the variants"
+
+
+def _check_heatmap(ev: s.AttentionHeatmap) -> None:
+    # The producer sends at most a 64×64 corner of the scores, row-major. A line that
+    # does not is malformed whether or not witness data is recorded here, so it is
+    # rejected at decoding (line number, one warning), never silently skipped later.
+    side = min(ev.seq_len, MAX_ATTENTION_SIDE)
+    if side == 0 or len(ev.scores) != side * side:
+        raise _FieldError("scores", Reason.INVALID_VALUE,
+                          f"expected min(seq_len, {MAX_ATTENTION_SIDE})² = {side * side} "
+                          f"scores for seq_len {ev.seq_len}, got {len(ev.scores)}")
+
+
+#: Checks across fields of a decoded event (the per-field converters cannot see them).
+_CHECKS: dict[str, Callable[[Any], None]] = {"AttentionHeatmap": _check_heatmap}
 
 
 def decode_line(raw: str | bytes, line: int) -> Decoded:
@@ -307,6 +323,9 @@ def decode_object(obj: Any, line: int) -> Decoded:
     notes: _Notes = []
     try:
         event = conv(payload, "", notes)
+        check = _CHECKS.get(variant)
+        if check is not None:
+            check(event)
     except _FieldError as exc:
         return Decoded(line, error=DecodeError(line, exc.reason, exc.detail, variant=variant,
                                                field=exc.path or None))

@@ -160,6 +160,9 @@ class SumcheckRound:
     poly_deg2: RoundPolyViz | None
     poly_deg3: RoundPolyDeg3Viz | None
     claim_value_approx: float | None
+    #: The round's Fiat–Shamir challenge, when the producer sends it (an extension of
+    #: the upstream contract: ``Option<SecureField>``, absent in older streams).
+    challenge: SecureFieldMirror | None = None
 
 
 @dataclass(frozen=True, slots=True)

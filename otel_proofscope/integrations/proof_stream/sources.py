@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO, Protocol
 
+from otel_proofscope.extras import missing
 from otel_proofscope.integrations.proof_stream.decoder import MAX_LINE_BYTES
 
 _READ_CHUNK = 1 << 16
@@ -70,12 +71,17 @@ def _is_regular_file(target: int | str) -> bool:
 class StreamSource:
     """A file, a FIFO (blocks until a writer opens it, ends at EOF) or stdin (``-``)."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, live: bool | None = None) -> None:
         self.path = str(path)
         self.name = "stdin" if self.path == "-" else Path(self.path).name
         self.reconnects = 0
         self._stopped = False
-        self.live = not _is_regular_file(0 if self.path == "-" else self.path)
+        # Arrival times are the prover's times only for a live producer. A FIFO is
+        # opened by one by convention; stdin is as often `cat recording.jsonl` as a
+        # prover, and nothing here can tell them apart, so stdin counts as a recording
+        # unless the caller says otherwise (``proofscope replay - --live``).
+        self.live = live if live is not None else (
+            self.path != "-" and not _is_regular_file(self.path))
 
     def lines(self) -> Iterator[tuple[int, bytes]]:
         if self.path == "-":
@@ -202,6 +208,11 @@ class WebSocketSource:
                  idle_timeout: float | None = None, poll_s: float = 0.25) -> None:
         if not url.startswith(("ws://", "wss://")):
             raise SourceError(f"not a WebSocket URL: {redact(url)}")
+        try:  # the optional client, checked before anything else is started
+            import websockets.sync.client  # noqa: F401
+        except ImportError as exc:
+            raise SourceError(f"reading {redact(url)} needs the WebSocket client: "
+                              + missing("websockets", "stream", exc)) from None
         self.url = url
         self.name = redact(url)
         self.open_timeout = open_timeout
@@ -284,10 +295,17 @@ class WebSocketSource:
 
 
 def open_source(spec: str, *, idle_timeout: float | None = None,
-                max_reconnects: int = 5) -> LineSource:
-    """``FILE``, ``-`` (stdin), a FIFO path, or ``ws://…`` / ``wss://…``."""
+                max_reconnects: int = 5, live: bool | None = None) -> LineSource:
+    """``FILE``, ``-`` (stdin), a FIFO path, or ``ws://…`` / ``wss://…``.
+
+    ``live``: whether the producer is proving right now (arrival times are its times);
+    None decides by the kind of source (see :class:`StreamSource`).
+    """
     if spec.startswith(("ws://", "wss://")):
-        return WebSocketSource(spec, idle_timeout=idle_timeout, max_reconnects=max_reconnects)
+        ws = WebSocketSource(spec, idle_timeout=idle_timeout, max_reconnects=max_reconnects)
+        if live is not None:
+            ws.live = live
+        return ws
     if spec != "-" and not os.path.exists(spec):
         raise SourceError(f"no such file: {spec}")
-    return StreamSource(spec)
+    return StreamSource(spec, live=live)

@@ -64,11 +64,11 @@ class StreamStats:
             self.lagged += count
         DROPS.record(SIGNAL, f"{self.source}-upstream", DropReason.QUEUE_FULL.value, count)
 
-    def record_problem(self, what: str, count: int = 1) -> None:
+    def record_problem(self, what: str, count: int = 1, reason: str = "out_of_order") -> None:
         """An event that decoded but could not be placed (e.g. an end without a start)."""
         with self._lock:
             self.bridge_problems[what] += count
-        REJECTIONS.record(f"stream.{what}", "out_of_order")
+        REJECTIONS.record(f"stream.{what}", reason)
 
     @property
     def decoded(self) -> int:
