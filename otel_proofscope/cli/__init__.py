@@ -16,6 +16,7 @@ SUBCOMMANDS: dict[str, str] = {
     "run": "run_cmd",
     "serve": "serve_cmd",
     "replay": "replay_cmd",
+    "diff": "diff_cmd",
 }
 
 DESCRIPTION = """\
@@ -32,6 +33,7 @@ examples:
   proofscope run -- ./my-prover args    trace any prover process as one proof
   proofscope serve                      receive OTLP from any language, draw it in Rerun
   proofscope replay events.jsonl        turn a recorded proof-stream into spans
+  proofscope diff base/ candidate/      which phases got slower; exit 1 if any did
 
 Configuration uses the standard OTEL_* variables (OTEL_EXPORTER_OTLP_ENDPOINT, …)
 and PROOFSCOPE_* variables; see the README.
