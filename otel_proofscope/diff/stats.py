@@ -169,10 +169,11 @@ def bootstrap_ci_pct(x: Sequence[float], y: Sequence[float], *,
                      seed: int = BOOTSTRAP_SEED) -> tuple[float, float] | None:
     """Percentile bootstrap interval of 100·(median(y)/median(x) - 1).
 
-    None when a resampled base median is 0 (the ratio is undefined there).
+    None when a resampled base median is 0 (the ratio is undefined there). The samples
+    are sorted first so that their order cannot change the interval.
     """
-    xa = np.asarray(x, dtype=float)
-    ya = np.asarray(y, dtype=float)
+    xa = np.sort(np.asarray(x, dtype=float))
+    ya = np.sort(np.asarray(y, dtype=float))
     rng = np.random.default_rng(seed)
     mx = np.median(xa[rng.integers(0, len(xa), (resamples, len(xa)))], axis=1)
     my = np.median(ya[rng.integers(0, len(ya), (resamples, len(ya)))], axis=1)
