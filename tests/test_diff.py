@@ -389,6 +389,15 @@ def test_verdict_ignores_sample_order(x: list[float], y: list[float]) -> None:
     assert a.verdict is b.verdict and a.p_value == b.p_value
 
 
+@settings(max_examples=60, deadline=None)
+@given(durations, durations, st.floats(min_value=0.2, max_value=5.0))
+def test_a_run_wide_correction_clears_but_never_condemns(
+        x: list[float], y: list[float], scale: float) -> None:
+    corrected = stats.compare(x, y, scale=scale).verdict
+    if corrected is not stats.Verdict.UNCHANGED:
+        assert corrected is stats.compare(x, y).verdict
+
+
 @settings(max_examples=40, deadline=None)
 @given(st.integers(1, 12), st.integers(1, 12))
 def test_exact_u_distribution_is_a_distribution(n: int, m: int) -> None:
@@ -417,3 +426,40 @@ def test_too_few_samples_and_zero_durations() -> None:
     zero = stats.compare([0.0] * 6, [0.0] * 6)
     assert zero.verdict is stats.Verdict.UNCHANGED and zero.delta_pct is None
     assert stats.compare([0.0] * 6, [1.0] * 6).verdict is stats.Verdict.SLOWER
+
+
+# ── the CI example of docs/diff.md, run as written ──────────────────────────────────
+
+
+def _ci_steps() -> dict[str, str]:
+    yaml = pytest.importorskip("yaml")
+    text = (Path(__file__).parents[1] / "docs" / "diff.md").read_text()
+    block = text.split("```yaml\n", 1)[1].split("```", 1)[0]
+    job = yaml.safe_load(block)["jobs"]["proving-performance"]
+    return {s["name"]: s["run"] for s in job["steps"] if "run" in s}
+
+
+def test_docs_ci_compare_step_writes_the_summary_and_fails_on_exit_1(
+        runs: dict[str, Path], tmp_path: Path) -> None:
+    steps = _ci_steps()
+    assert '/bin/proofscope" demo' in steps["Prove with the base and with the candidate"]
+    # the step's proofscope, as the venv would hold it: this checkout's CLI
+    venv_bin = tmp_path / "runner" / "cand-venv" / "bin"
+    venv_bin.mkdir(parents=True)
+    (venv_bin / "proofscope").write_text(
+        f'#!/bin/sh\nexec "{sys.executable}" -m otel_proofscope "$@"\n')
+    (venv_bin / "proofscope").chmod(0o755)
+    work = tmp_path / "work"
+    work.mkdir()
+    summary = tmp_path / "summary.md"
+    env = {**_env(), "RUNNER_TEMP": str(tmp_path / "runner"),
+           "GITHUB_STEP_SUMMARY": str(summary)}
+    for candidate, expected in (("same", 0), ("heavy", 1)):
+        (work / "base.jsonl").write_bytes((runs["base"] / "traces.jsonl").read_bytes())
+        (work / "candidate.jsonl").write_bytes((runs[candidate] / "traces.jsonl").read_bytes())
+        proc = subprocess.run(["bash", "-e", "-c", steps["Compare"]], cwd=work, env=env,
+                              capture_output=True, text=True, timeout=180)
+        assert proc.returncode == expected, proc.stderr
+    written = summary.read_text()
+    assert written.count("proofscope diff: ") == 2 and "### ✅" in written
+    assert "### ❌" in written and "`layer MatMul`" in written

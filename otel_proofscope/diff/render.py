@@ -65,7 +65,12 @@ def headline(report: Report) -> str:
     few = len(report.with_verdict(Verdict.TOO_FEW))
     parts = [f"{unchanged} unchanged"] + ([f"{faster} faster"] if faster else []) + (
         [f"{few} with too few samples"] if few else [])
-    return f"nothing slower beyond {threshold} ({', '.join(parts)})"
+    line = f"nothing slower beyond {threshold} ({', '.join(parts)})"
+    d = report.drift
+    if d.applied and abs(d.pct) > report.settings.threshold_pct:
+        # Never hide it: a uniform change and machine load look the same here.
+        line += f"; the whole run moved {percent(d.pct)} alike (load or a uniform change)"
+    return line
 
 
 def input_notes(side: Side, role: str) -> list[str]:

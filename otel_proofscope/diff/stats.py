@@ -12,11 +12,12 @@ A group is called *slower* only when three things hold at once:
 *Faster* is the mirror image; anything else is *unchanged*, and a group with fewer than
 ``min_samples`` proofs on either side is *too few samples*.
 
-``scale`` divides the candidate's values before judging them: the report passes the
-run-wide drift there (see :mod:`otel_proofscope.diff.report`), so what is judged is the
-change *beyond* what every group of the run shared. The raw median must still have moved
-beyond the threshold the same way: a 100 µs phase that kept its time while load made the
-rest of the run 60 % faster is not "slower".
+``scale`` divides the candidate's values for a second judgement: the report passes the
+run-wide drift there (see :mod:`otel_proofscope.diff.report`), so that the change
+*beyond* what every group of the run shared is judged too. A verdict needs both the raw
+and the scaled judgement: the correction can clear a group whose whole run moved, never
+condemn one that did not move (a 100 µs phase that kept its time while load made the
+rest of the run 60 % faster is not "slower").
 
 ``ALPHA`` is 0.01 because one diff tests a dozen groups or more: at 0.05 one group in
 twenty would be "significant" by chance alone. With the exact test the smallest
@@ -185,14 +186,32 @@ def bootstrap_ci_pct(x: Sequence[float], y: Sequence[float], *,
     return float(lo), float(hi)
 
 
+def _judge(x: Sequence[float], y: Sequence[float], threshold_pct: float, alpha: float,
+           ) -> tuple[Verdict, float, tuple[float, float] | None, float]:
+    """(verdict, change %, interval %, p of the direction) of ``y`` against ``x``, both
+    with positive base median and enough samples."""
+    change = 100.0 * (float(np.median(y)) / float(np.median(x)) - 1.0)
+    mw = mann_whitney(x, y)
+    ci = bootstrap_ci_pct(x, y)
+    if change >= 0:
+        slower = change > threshold_pct and mw.p_greater < alpha and ci is not None \
+            and ci[0] > threshold_pct
+        return (Verdict.SLOWER if slower else Verdict.UNCHANGED), change, ci, mw.p_greater
+    faster = -change > threshold_pct and mw.p_less < alpha and ci is not None \
+        and ci[1] < -threshold_pct
+    return (Verdict.FASTER if faster else Verdict.UNCHANGED), change, ci, mw.p_less
+
+
 def compare(x: Sequence[float], y: Sequence[float], *,
             threshold_pct: float = DEFAULT_THRESHOLD_PCT,
             min_samples: int = DEFAULT_MIN_SAMPLES, alpha: float = ALPHA,
             scale: float = 1.0) -> Comparison:
     """The verdict for base sample ``x`` against candidate sample ``y`` (durations).
 
-    ``scale`` (> 0) divides ``y`` before the test and the interval; the summaries and
-    ``delta_pct`` stay those of the raw values.
+    With ``scale`` (> 0) other than 1 the raw values and the values divided by ``scale``
+    are judged separately and a verdict stands only when both give it: the correction
+    for a run-wide change can clear a group, never condemn one. The interval and p shown
+    are those of the scaled values; the summaries and ``delta_pct`` stay raw.
     """
     if not scale > 0:
         raise ValueError(f"scale must be > 0, got {scale}")
@@ -203,23 +222,16 @@ def compare(x: Sequence[float], y: Sequence[float], *,
         judged = 100.0 * (cand.median / scale / base.median - 1.0)
     if base.count < min_samples or cand.count < min_samples:
         return Comparison(base, cand, delta, judged, None, None, Verdict.TOO_FEW)
-    ys = [v / scale for v in y]
-    mw = mann_whitney(x, ys)
     if base.median <= 0 or judged is None:
         # No ratio to threshold: a change from nothing is judged by the test alone.
+        mw = mann_whitney(x, y)
         up = cand.median > 0 and mw.p_greater < alpha
         return Comparison(base, cand, None, None, None, mw.p_greater,
                           Verdict.SLOWER if up else Verdict.UNCHANGED)
-    ci = bootstrap_ci_pct(x, ys)
-    if judged >= 0:
-        p = mw.p_greater
-        slower = (judged > threshold_pct and p < alpha and ci is not None
-                  and ci[0] > threshold_pct and delta is not None and delta > threshold_pct)
-        verdict = Verdict.SLOWER if slower else Verdict.UNCHANGED
-    else:
-        p = mw.p_less
-        faster = (-judged > threshold_pct and p < alpha and ci is not None
-                  and ci[1] < -threshold_pct and delta is not None
-                  and -delta > threshold_pct)
-        verdict = Verdict.FASTER if faster else Verdict.UNCHANGED
+    raw_verdict, _, raw_ci, raw_p = _judge(x, y, threshold_pct, alpha)
+    if scale == 1.0:
+        return Comparison(base, cand, delta, judged, raw_ci, raw_p, raw_verdict)
+    verdict, _, ci, p = _judge(x, [v / scale for v in y], threshold_pct, alpha)
+    if verdict is not raw_verdict:
+        verdict = Verdict.UNCHANGED
     return Comparison(base, cand, delta, judged, ci, p, verdict)
