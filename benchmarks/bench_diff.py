@@ -31,6 +31,8 @@ ENV = dict(os.environ)
 
 
 def demo(out: Path, proofs: int, *args: str) -> None:
+    if (out / "traces.jsonl").exists():  # --keep: recorded before, judge again
+        return
     subprocess.run([sys.executable, "-m", "otel_proofscope", "demo", "--out", str(out),
                     "--repeat", str(proofs), "--rerun", "off", "--no-witness", *args],
                    check=True, capture_output=True, env=ENV)
@@ -56,12 +58,14 @@ def main() -> None:
     ap.add_argument("--proofs", type=int, default=10)
     ap.add_argument("--heavy-pairs", type=int, default=5)
     ap.add_argument("--blas-threads", type=int, default=None)
+    ap.add_argument("--keep", type=Path, default=None,
+                    help="record into (and reuse recordings from) this folder")
     args = ap.parse_args()
     if args.blas_threads is not None:
         ENV["OPENBLAS_NUM_THREADS"] = ENV["OMP_NUM_THREADS"] = str(args.blas_threads)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        root = Path(tmp)
+        root = args.keep or Path(tmp)
         for i in range(args.pairs):
             a, b = root / f"s{i}a", root / f"s{i}b"
             demo(a, args.proofs, "--seed", "0")

@@ -29,6 +29,9 @@ PROOFS = CHUNKS * PER_CHUNK  # per side: enough for the exact test at alpha 0.01
 
 def _env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "PROOFSCOPE_"))}
+    # The demo's MatMul uses float64 BLAS; a multi-threaded BLAS on a loaded 2-CPU
+    # machine is its largest noise source (docs/diff.md recommends the same in CI).
+    env["OPENBLAS_NUM_THREADS"] = env["OMP_NUM_THREADS"] = "1"
     runtime = Path(env.get("TMPDIR", "/tmp")) / f"proofscope-xdg-{os.getuid()}"
     runtime.mkdir(mode=0o700, exist_ok=True)
     env["XDG_RUNTIME_DIR"] = str(runtime)
@@ -90,13 +93,15 @@ def test_same_configuration_two_seeds_is_not_a_regression(runs: dict[str, Path])
 def test_heavier_candidate_fails_naming_matmul(runs: dict[str, Path]) -> None:
     proc = proofscope("diff", str(runs["base"]), str(runs["heavy"]), "--format", "markdown")
     assert proc.returncode == 1, proc.stdout + proc.stderr
-    assert "slower: layer MatMul" in proc.stderr
+    named = [line for line in proc.stderr.splitlines() if line.startswith(
+        ("proofscope diff: slower: layer MatMul:", "proofscope diff: slower: rounds MatMul:"))]
+    assert named, proc.stdout + proc.stderr
     lines = proc.stdout.splitlines()
-    assert lines[0].startswith("### ❌ proofscope diff: ") and "layer MatMul" in lines[0]
+    assert lines[0].startswith("### ❌ proofscope diff: ") and "MatMul" in lines[0]
     table = [line for line in lines if line.startswith("| ")]
     header, rows = table[0], table[1:]
     assert "median base" in header and "p90 cand" in header and "Δ median" in header
-    assert any("`layer MatMul`" in r and "🔴 slower" in r for r in rows)
+    assert any("MatMul`" in r and "🔴 slower" in r for r in rows)
     # worst first: every slower row comes before every other row
     kinds = ["slower" in r.split("|")[1] for r in rows]
     assert kinds == sorted(kinds, reverse=True)
@@ -274,7 +279,7 @@ def _file(factors: dict[str, float], seed: int, proofs: int = 10) -> TraceFile:
     rng = random.Random(seed)
     f = TraceFile("mem")
     for p in range(proofs):
-        layers = [(k, (i + 1) * factors.get(k, 1.0) * rng.uniform(0.95, 1.05))
+        layers = [(k, 10 * (i + 1) * factors.get(k, 1.0) * rng.uniform(0.95, 1.05))
                   for i, k in enumerate(KINDS)]
         f.spans += _proof(p + 1, p * 10**9, layers)
     return f
@@ -284,7 +289,7 @@ def test_groups_per_proof_and_round_gaps() -> None:
     s = smp.samples(_file({}, 0, proofs=3).spans, (smp.By.PHASE, smp.By.LAYER_KIND))
     assert len(s.proofs) == 3
     mm = s.values[smp.Group(smp.Family.LAYER, "MatMul")]
-    assert len(mm) == 3 and all(0.9e-3 < v < 1.1e-3 for v in mm)
+    assert len(mm) == 3 and all(9e-3 < v < 11e-3 for v in mm)
     # 3 rounds evenly in a layer: rounds 1..2 are the two gaps between events = 2/4 of it
     rounds = s.values[smp.Group(smp.Family.ROUNDS, "MatMul")]
     assert all(r == pytest.approx(v / 2, rel=1e-3) for r, v in zip(rounds, mm, strict=True))
@@ -462,4 +467,4 @@ def test_docs_ci_compare_step_writes_the_summary_and_fails_on_exit_1(
         assert proc.returncode == expected, proc.stderr
     written = summary.read_text()
     assert written.count("proofscope diff: ") == 2 and "### ✅" in written
-    assert "### ❌" in written and "`layer MatMul`" in written
+    assert "### ❌" in written and "MatMul`" in written

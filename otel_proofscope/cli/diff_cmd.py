@@ -15,11 +15,12 @@ Compare BASE and CANDIDATE, two OTLP/JSON-lines trace files (traces.jsonl from
 means its traces.jsonl). Each proof is one sample: per group (proof phase, layer kind,
 sumcheck rounds by layer kind; span name for traces without proof spans) the report
 shows count, median, p90 and the change of the median with a 95 % bootstrap interval.
-A group is "slower" only when its median grew by more than --threshold percent, the
-whole 95 % interval lies above the threshold and a one-sided Mann–Whitney test agrees
-(p < 0.01). Changes are judged beyond the run-wide drift (the median change over all
-groups: machine load moves whole runs), unless --absolute. So two runs of the same
-configuration do not fail a build, even on a busy machine.
+A group is "slower" only when its median grew by more than --threshold percent and
+--floor ms per proof, the whole 95 % interval lies above the threshold, and a
+one-sided Mann–Whitney test agrees (p < 0.01). When both runs did the same work, a
+change shared by every group (machine load moves whole runs) is shown but not judged,
+unless --absolute. So two runs of the same configuration do not fail a build, even on
+a busy machine.
 
 Exit status: 0 nothing slower, 1 something slower (named on stderr), 2 bad input
 (file and line on stderr). A bad line inside a file is reported and counted and the
@@ -46,6 +47,13 @@ def _percent(value: str) -> float:
     return pct
 
 
+def _milliseconds(value: str) -> float:
+    ms = float(value)
+    if not ms >= 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0 ms, got {value}")
+    return ms
+
+
 def _min_samples(value: str) -> int:
     n = int(value)
     if n < 2:
@@ -66,7 +74,11 @@ def _rerun_target(value: str) -> str:
 def register(sub: Any) -> None:
     from otel_proofscope.diff.render import Format
     from otel_proofscope.diff.samples import By
-    from otel_proofscope.diff.stats import DEFAULT_MIN_SAMPLES, DEFAULT_THRESHOLD_PCT
+    from otel_proofscope.diff.stats import (
+        DEFAULT_FLOOR_S,
+        DEFAULT_MIN_SAMPLES,
+        DEFAULT_THRESHOLD_PCT,
+    )
 
     p: argparse.ArgumentParser = sub.add_parser(
         "diff", help=HELP, description=DESCRIPTION, epilog=EPILOG,
@@ -84,6 +96,11 @@ def register(sub: Any) -> None:
                    default=DEFAULT_THRESHOLD_PCT,
                    help=f"smallest median change that counts (default "
                         f"{DEFAULT_THRESHOLD_PCT:g})")
+    p.add_argument("--floor", metavar="MS", type=_milliseconds,
+                   default=DEFAULT_FLOOR_S * 1e3,
+                   help=f"smallest change of a median, in ms per proof, that counts "
+                        f"(default {DEFAULT_FLOOR_S * 1e3:g}: below one time slice lost to "
+                        f"a neighbour; 0 on a quiet machine with µs-scale spans)")
     p.add_argument("--min-samples", metavar="N", type=_min_samples,
                    default=DEFAULT_MIN_SAMPLES,
                    help=f"proofs needed on each side for a verdict (default "
@@ -107,7 +124,8 @@ def run(args: argparse.Namespace) -> int:
     except files.InputError as exc:
         print(f"proofscope diff: bad input: {exc}", file=sys.stderr)
         return 2
-    settings = report.Settings(threshold_pct=args.threshold, min_samples=args.min_samples,
+    settings = report.Settings(threshold_pct=args.threshold, floor_s=args.floor / 1e3,
+                               min_samples=args.min_samples,
                                by=tuple(dict.fromkeys(By(b) for b in args.by or ())),
                                absolute=args.absolute)
     result = report.build(base, candidate, settings)

@@ -94,7 +94,8 @@ def _inputs(report: Report) -> str:
     s = report.settings
     return (f"base `{report.base.file.source}` ({report.base.proofs} proofs) → candidate "
             f"`{report.candidate.file.source}` ({report.candidate.proofs} proofs); "
-            f"by {', '.join(b.value for b in report.by)}; threshold {s.threshold_pct:g} %, "
+            f"by {', '.join(b.value for b in report.by)}; threshold {s.threshold_pct:g} % "
+            f"and {duration(s.floor_s)}, "
             f"Mann–Whitney α {s.alpha:g}, ≥ {s.min_samples} proofs a side")
 
 
@@ -199,7 +200,8 @@ def as_dict(report: Report) -> dict[str, Any]:
             "p_value": r.p_value})
     return {"schema": SCHEMA, "headline": headline(report),
             "exit_code": report.exit_code,
-            "settings": {"threshold_pct": s.threshold_pct, "min_samples": s.min_samples,
+            "settings": {"threshold_pct": s.threshold_pct, "floor_s": s.floor_s,
+                         "min_samples": s.min_samples,
                          "alpha": s.alpha, "by": [b.value for b in report.by],
                          "absolute": s.absolute},
             "drift": {"factor": report.drift.factor, "pct": report.drift.pct,

@@ -39,6 +39,8 @@ from otel_proofscope.diff.traces import TraceFile
 class Settings:
     threshold_pct: float = stats.DEFAULT_THRESHOLD_PCT
     min_samples: int = stats.DEFAULT_MIN_SAMPLES
+    #: Smallest change of a median, in seconds per proof, that can be a verdict.
+    floor_s: float = stats.DEFAULT_FLOOR_S
     alpha: float = stats.ALPHA
     #: Empty: chosen from the files (:func:`samples.default_by`).
     by: tuple[smp.By, ...] = ()
@@ -172,7 +174,7 @@ def build(base: TraceFile, candidate: TraceFile, settings: Settings = Settings()
     rows = [Row(g, stats.compare(sb.values.get(g, []), sc.values.get(g, []),
                                  threshold_pct=settings.threshold_pct,
                                  min_samples=settings.min_samples, alpha=settings.alpha,
-                                 scale=scale))
+                                 scale=scale, floor_s=settings.floor_s))
             for g in groups]
     rows.sort(key=_order)
     return Report(Side(base, sb), Side(candidate, sc), settings, tuple(by), rows, d)

@@ -2,7 +2,8 @@
 
 A group is called *slower* only when three things hold at once:
 
-1. its median grew by more than ``threshold`` percent;
+1. its median grew by more than ``threshold`` percent and by at least the noise floor
+   (``floor_s``, :data:`DEFAULT_FLOOR_S` from the command line);
 2. the whole 95 % bootstrap confidence interval of that growth lies above ``threshold``
    (so a change that noise could have produced does not count, however large it looks);
 3. a one-sided Mann–Whitney U test says the candidate's values are larger with
@@ -51,6 +52,10 @@ BOOTSTRAP_RESAMPLES = 2000
 BOOTSTRAP_SEED = 20261201
 DEFAULT_THRESHOLD_PCT = 10.0
 DEFAULT_MIN_SAMPLES = 5
+#: A median that moved by less than this (seconds per proof) is never a verdict: one
+#: scheduler time slice lost to a neighbour on a loaded 2-CPU Linux machine is 1.5 ms
+#: or more (CFS minimum granularity 0.75 ms × (1 + log2 CPUs)).
+DEFAULT_FLOOR_S = 1e-3
 #: Largest n·m for which the exact U distribution is used (no ties).
 EXACT_MAX_CELLS = 2500
 
@@ -205,13 +210,14 @@ def _judge(x: Sequence[float], y: Sequence[float], threshold_pct: float, alpha: 
 def compare(x: Sequence[float], y: Sequence[float], *,
             threshold_pct: float = DEFAULT_THRESHOLD_PCT,
             min_samples: int = DEFAULT_MIN_SAMPLES, alpha: float = ALPHA,
-            scale: float = 1.0) -> Comparison:
+            scale: float = 1.0, floor_s: float = 0.0) -> Comparison:
     """The verdict for base sample ``x`` against candidate sample ``y`` (durations).
 
     With ``scale`` (> 0) other than 1 the raw values and the values divided by ``scale``
     are judged separately and a verdict stands only when both give it: the correction
     for a run-wide change can clear a group, never condemn one. The interval and p shown
-    are those of the scaled values; the summaries and ``delta_pct`` stay raw.
+    are those of the scaled values; the summaries and ``delta_pct`` stay raw. A median
+    that moved by less than ``floor_s`` seconds is unchanged, whatever its percentage.
     """
     if not scale > 0:
         raise ValueError(f"scale must be > 0, got {scale}")
@@ -229,6 +235,8 @@ def compare(x: Sequence[float], y: Sequence[float], *,
         return Comparison(base, cand, None, None, None, mw.p_greater,
                           Verdict.SLOWER if up else Verdict.UNCHANGED)
     raw_verdict, _, raw_ci, raw_p = _judge(x, y, threshold_pct, alpha)
+    if abs(cand.median - base.median) < floor_s:
+        raw_verdict = Verdict.UNCHANGED
     if scale == 1.0:
         return Comparison(base, cand, delta, judged, raw_ci, raw_p, raw_verdict)
     verdict, _, ci, p = _judge(x, [v / scale for v in y], threshold_pct, alpha)
