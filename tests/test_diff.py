@@ -468,3 +468,18 @@ def test_docs_ci_compare_step_writes_the_summary_and_fails_on_exit_1(
     written = summary.read_text()
     assert written.count("proofscope diff: ") == 2 and "### ✅" in written
     assert "### ❌" in written and "MatMul`" in written
+
+
+def test_rerun_viewer_not_listening_is_a_warning_not_a_lost_verdict(
+        runs: dict[str, Path]) -> None:
+    import socket
+
+    with socket.socket() as sock:  # a port that nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    proc = proofscope("diff", str(runs["base"]), str(runs["same"]), "--rerun",
+                      f"rerun+http://127.0.0.1:{port}/proxy")
+    assert proc.returncode == 0, proc.stderr
+    assert f"Rerun output failed (rerun+http://127.0.0.1:{port}/proxy)" in proc.stderr
+    assert f"nothing listens on 127.0.0.1:{port}" in proc.stderr
+    assert "recording:" not in proc.stderr

@@ -145,7 +145,7 @@ def write(target: str, views: list[RunView], summary_md: str) -> str:
     import rerun as rr
     import rerun.blueprint as rrb
 
-    from otel_proofscope.rerun.sink import parse_target
+    from otel_proofscope.rerun.sink import parse_target, probe
 
     t = parse_target(target)
     if t.kind == "off":
@@ -174,6 +174,9 @@ def write(target: str, views: list[RunView], summary_md: str) -> str:
         rec.spawn(port=t.port, default_blueprint=blueprint)
         where = "spawned viewer"
     else:
+        # connect_grpc() does not fail when nothing listens; it drops the data silently.
+        if not probe(t.host, t.port):
+            raise ConnectionError(f"nothing listens on {t.host}:{t.port}")
         rec.connect_grpc(t.url, default_blueprint=blueprint)
         where = t.url
     rec.log("/diff/summary", rr.TextDocument(summary_md, media_type=rr.MediaType.MARKDOWN),
