@@ -56,6 +56,11 @@ DEFAULT_MIN_SAMPLES = 5
 #: scheduler time slice lost to a neighbour on a loaded 2-CPU Linux machine is 1.5 ms
 #: or more (CFS minimum granularity 0.75 ms × (1 + log2 CPUs)).
 DEFAULT_FLOOR_S = 1e-3
+#: Resampled values held at once by the bootstrap (bounds its memory).
+_BOOTSTRAP_BLOCK_VALUES = 1 << 21
+#: Resampled values drawn in all (bounds its time); never fewer than _MIN_RESAMPLES.
+_BOOTSTRAP_TOTAL_VALUES = 20_000_000
+_MIN_RESAMPLES = 200
 #: Largest n·m for which the exact U distribution is used (no ties).
 EXACT_MAX_CELLS = 2500
 
@@ -181,8 +186,17 @@ def bootstrap_ci_pct(x: Sequence[float], y: Sequence[float], *,
     xa = np.sort(np.asarray(x, dtype=float))
     ya = np.sort(np.asarray(y, dtype=float))
     rng = np.random.default_rng(seed)
-    mx = np.median(xa[rng.integers(0, len(xa), (resamples, len(xa)))], axis=1)
-    my = np.median(ya[rng.integers(0, len(ya), (resamples, len(ya)))], axis=1)
+    # Fewer resamples for very large samples (their interval is narrow anyway), so that
+    # 100k proofs a side take seconds, not a minute; in blocks, for bounded memory.
+    resamples = max(_MIN_RESAMPLES, min(resamples, _BOOTSTRAP_TOTAL_VALUES
+                                        // max(len(xa), len(ya), 1)))
+    block = max(1, min(resamples, _BOOTSTRAP_BLOCK_VALUES // max(len(xa), len(ya), 1)))
+    mx_parts, my_parts = [], []
+    for start in range(0, resamples, block):
+        k = min(block, resamples - start)
+        mx_parts.append(np.median(xa[rng.integers(0, len(xa), (k, len(xa)))], axis=1))
+        my_parts.append(np.median(ya[rng.integers(0, len(ya), (k, len(ya)))], axis=1))
+    mx, my = np.concatenate(mx_parts), np.concatenate(my_parts)
     if (mx <= 0).any():
         return None
     change = 100.0 * (my / mx - 1.0)
