@@ -16,6 +16,8 @@ from otel_proofscope.diff.report import Report, Row, Side
 from otel_proofscope.diff.stats import Verdict
 
 SCHEMA = "proofscope.diff/1"
+#: Slower groups named in the headline (the table and stderr name all of them).
+HEADLINE_GROUPS = 3
 
 
 class Format(StrEnum):
@@ -58,8 +60,10 @@ def headline(report: Report) -> str:
     beyond = " beyond the run" if report.drift.applied else ""
     if slower:
         worst = ", ".join(f"{r.group.label} {percent(r.result.judged_pct)}{beyond}"
-                          for r in slower)
-        return f"{len(slower)} slower beyond {threshold}: {worst}"
+                          for r in slower[:HEADLINE_GROUPS])
+        more = len(slower) - HEADLINE_GROUPS
+        return f"{len(slower)} slower beyond {threshold}: {worst}" + (
+            f" and {more} more" if more > 0 else "")
     faster = len(report.with_verdict(Verdict.FASTER))
     unchanged = len(report.with_verdict(Verdict.UNCHANGED))
     few = len(report.with_verdict(Verdict.TOO_FEW))
@@ -142,8 +146,9 @@ def markdown(report: Report) -> str:
         cells = list(_cells(row, report))
         cells[0] = _MARK[row.verdict]
         cells[1] = f"`{_md_escape(cells[1])}`"
-        if row.verdict is Verdict.SLOWER:
-            cells[8] = f"**{cells[8]}**"
+        if row.verdict is Verdict.SLOWER:  # the change that was judged
+            judged = 8 if report.drift.applied else 7
+            cells[judged] = f"**{cells[judged]}**"
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
