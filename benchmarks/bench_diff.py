@@ -24,10 +24,12 @@ import os
 import subprocess
 import sys
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 ENV = dict(os.environ)
+CONCURRENT = False
 
 
 def demo(out: Path, proofs: int, *args: str) -> None:
@@ -49,6 +51,11 @@ def pair(root: Path, name: str, proofs: int, chunks: int, a_args: tuple[str, ...
         return a, b
     per = max(1, proofs // chunks)
     for i in range(chunks):
+        if CONCURRENT:
+            with ThreadPoolExecutor(2) as pool:
+                list(pool.map(lambda job: demo(*job), [(root / f"{name}a{i}", per, *a_args),
+                                                      (root / f"{name}b{i}", per, *b_args)]))
+            continue
         demo(root / f"{name}a{i}", per, *a_args)
         demo(root / f"{name}b{i}", per, *b_args)
     for side, out in (("a", a), ("b", b)):
@@ -80,9 +87,13 @@ def main() -> None:
     ap.add_argument("--blas-threads", type=int, default=None)
     ap.add_argument("--chunks", type=int, default=1,
                     help="record each side as this many runs, interleaved with the other")
+    ap.add_argument("--concurrent", action="store_true",
+                    help="with --chunks: run each base chunk and candidate chunk at once")
     ap.add_argument("--keep", type=Path, default=None,
                     help="record into (and reuse recordings from) this folder")
     args = ap.parse_args()
+    global CONCURRENT
+    CONCURRENT = args.concurrent
     if args.blas_threads is not None:
         ENV["OPENBLAS_NUM_THREADS"] = ENV["OMP_NUM_THREADS"] = str(args.blas_threads)
     rows = []
