@@ -341,6 +341,16 @@ def test_different_work_is_judged_raw() -> None:
     assert r.exit_code == 1
 
 
+def test_repeated_spans_count_once() -> None:
+    f = _file({}, 1, proofs=6)
+    twice = TraceFile("twice", spans=f.spans + f.spans)
+    r = rep.build(f, twice)
+    assert r.candidate.samples.duplicates == len(f.spans)
+    assert [row.result.candidate.median for row in r.rows] == \
+        [row.result.base.median for row in r.rows]
+    assert "repeated span(s)" in render(r, Format.TEXT)
+
+
 def test_read_lines_counts_bad_lines_and_keeps_going() -> None:
     good = (b'{"resourceSpans":[{"scopeSpans":[{"spans":[{"traceId":"' + b"1" * 32
             + b'","spanId":"' + b"2" * 16 + b'","name":"x","startTimeUnixNano":"5",'

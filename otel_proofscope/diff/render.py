@@ -88,6 +88,9 @@ def input_notes(side: Side, role: str) -> list[str]:
     if f.rejected_spans:
         notes.append(f"{role} {f.source}: {f.rejected_spans} span(s) rejected "
                      f"({f.rejected_reasons[0] if f.rejected_reasons else 'malformed'})")
+    if side.samples.duplicates:
+        notes.append(f"{role} {f.source}: {side.samples.duplicates} repeated span(s) (same "
+                     f"trace and span id) counted once")
     if side.samples.outside_proofs:
         notes.append(f"{role} {f.source}: {side.samples.outside_proofs} span(s) under no "
                      f"proof span, not grouped")
@@ -185,7 +188,8 @@ def _side(side: Side) -> dict[str, Any]:
             "lines": f.lines, "bad_lines": f.bad_line_count,
             "bad_line_examples": [{"line": b.line, "reason": b.reason} for b in f.bad_lines],
             "rejected_spans": f.rejected_spans, "contract": side.samples.contract,
-            "spans_outside_proofs": side.samples.outside_proofs}
+            "spans_outside_proofs": side.samples.outside_proofs,
+            "duplicate_spans": side.samples.duplicates}
 
 
 def as_dict(report: Report) -> dict[str, Any]:

@@ -88,6 +88,9 @@ class Samples:
     contract: bool
     #: Spans of a contract file that sit under no ``proof`` span (not grouped by phase).
     outside_proofs: int = 0
+    #: Spans seen more than once (same trace and span id: an exporter's retry, or a file
+    #: concatenated with itself); counted once.
+    duplicates: int = 0
     #: The distinct work descriptions of the proofs (:func:`workload`).
     workload: frozenset[tuple[tuple[str, tuple[tuple[str, str], ...]], ...]] = frozenset()
 
@@ -178,11 +181,25 @@ def workload(proof: Proof) -> tuple[tuple[str, tuple[tuple[str, str], ...]], ...
     return tuple(sorted((s.name, s.work) for s in proof.spans if s.work))
 
 
+def unique(spans: Sequence[SpanRecord]) -> list[SpanRecord]:
+    """The spans with repeats of a (trace id, span id) left out (the first one stays)."""
+    seen: set[tuple[int, int]] = set()
+    out = []
+    for s in spans:
+        key = (s.trace_id, s.span_id)
+        if key not in seen:
+            seen.add(key)
+            out.append(s)
+    return out
+
+
 def samples(spans: Sequence[SpanRecord], by: Sequence[By]) -> Samples:
-    proofs, outside = split_proofs(spans)
+    distinct = unique(spans)
+    proofs, outside = split_proofs(distinct)
     values: dict[Group, list[float]] = defaultdict(list)
     for p in proofs:
         for group, secs in proof_groups(p, by).items():
             values[group].append(secs)
     work = frozenset(w for w in (workload(p) for p in proofs) if w)
-    return Samples(proofs, dict(values), is_contract(spans), outside, work)
+    return Samples(proofs, dict(values), is_contract(spans), outside,
+                   len(spans) - len(distinct), work)
