@@ -23,7 +23,7 @@ from otel_proofscope.diff.traces import SpanRecord, TraceFile, read_lines
 from otel_proofscope.rerun import readback
 from otel_proofscope.semconv import Attr, SpanName
 
-CHUNKS, PER_CHUNK = 5, 2
+CHUNKS, PER_CHUNK = 10, 2
 PROOFS = CHUNKS * PER_CHUNK  # per side: enough for the exact test at alpha 0.01
 
 
