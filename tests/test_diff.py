@@ -215,6 +215,8 @@ def test_foreign_traces_compare_by_span_name(tmp_path: Path) -> None:
     assert doc["settings"]["by"] == ["span"] and doc["base"]["contract"] is False
     assert {g["key"] for g in doc["groups"]} == {*FOREIGN_NAMES, "prove-batch"}
     assert doc["base"]["proofs"] == 10  # a trace is the unit without proof spans
+    proc = proofscope("diff", str(base), str(same), "--by", "layer-kind")
+    assert proc.returncode == 2 and "nothing to compare by layer-kind" in proc.stderr
     proc = proofscope("diff", str(base), str(slow), "--format", "json")
     assert proc.returncode == 1, proc.stdout + proc.stderr
     doc = json.loads(proc.stdout)

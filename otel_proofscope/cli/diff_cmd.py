@@ -129,6 +129,11 @@ def run(args: argparse.Namespace) -> int:
                                by=tuple(dict.fromkeys(By(b) for b in args.by or ())),
                                absolute=args.absolute)
     result = report.build(base, candidate, settings)
+    if not result.rows:  # e.g. --by phase on traces without proof spans: never a silent pass
+        print(f"proofscope diff: bad input: nothing to compare by "
+              f"{', '.join(b.value for b in result.by)} in {base.source} and "
+              f"{candidate.source} (try --by span)", file=sys.stderr)
+        return 2
     for role, side in (("base", result.base), ("candidate", result.candidate)):
         for note in render.input_notes(side, role):
             print(f"proofscope diff: warning: {note}", file=sys.stderr)
