@@ -496,3 +496,32 @@ def test_rerun_viewer_not_listening_is_a_warning_not_a_lost_verdict(
     assert f"Rerun output failed (rerun+http://127.0.0.1:{port}/proxy)" in proc.stderr
     assert f"nothing listens on 127.0.0.1:{port}" in proc.stderr
     assert "recording:" not in proc.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_the_recording_renders_in_a_headless_viewer(runs: dict[str, Path],
+                                                    tmp_path: Path) -> None:
+    """Rendered for real: the viewer panics on a glyph it has no font for (an emoji in the
+    summary did exactly that), which no read-back of the file would notice."""
+    from PIL import Image, ImageStat
+
+    rrd, png = tmp_path / "diff.rrd", tmp_path / "diff.png"
+    proofscope("diff", str(runs["base"]), str(runs["heavy"]), "--rerun", f"file:{rrd}")
+    text = readback.read(rrd).static("/diff/summary")["TextDocument:text"][0]
+    assert all(ord(c) < 0x2600 for c in text), "no emoji in what the viewer draws"
+    script = Path(__file__).resolve().parents[1] / "scripts" / "rerun-screenshot"
+    done = subprocess.run([sys.executable, str(script), str(rrd), "--out", str(png),
+                           "--size", "1024x640"], env=_env(), capture_output=True, text=True,
+                          timeout=200, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    import numpy as np
+
+    with Image.open(png) as img:
+        rgb = img.convert("RGB")
+        assert max(ImageStat.Stat(rgb).stddev) > 8
+        px = np.asarray(rgb, dtype=int).reshape(-1, 3)
+    r, g, b = px[:, 0], px[:, 1], px[:, 2]
+    # blue (base, ~#1F77B4) and orange (candidate, ~#FF7F0E) are both on screen
+    assert ((b > 150) & (r < 80) & (g > 90) & (g < 150)).sum() > 100
+    assert ((r > 220) & (g > 100) & (g < 160) & (b < 60)).sum() > 100

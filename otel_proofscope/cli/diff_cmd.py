@@ -159,7 +159,7 @@ def _draw(target: str, result: Any) -> None:
                                "candidate": result.candidate.samples.proofs},
                               result.base.samples.contract)
     try:
-        where = rerun_view.write(target, views, render.markdown(result))
+        where = rerun_view.write(target, views, render.markdown(result, emoji=False))
     except Exception as exc:  # a viewer that is gone must not hide the verdict
         print(f"proofscope diff: warning: Rerun output failed ({target}): {exc!r}",
               file=sys.stderr)

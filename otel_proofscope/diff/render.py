@@ -133,12 +133,15 @@ _MARK = {Verdict.SLOWER: "🔴 slower", Verdict.FASTER: "🟢 faster",
          Verdict.UNCHANGED: "unchanged", Verdict.TOO_FEW: "too few samples"}
 
 
-def markdown(report: Report) -> str:
-    icon = "❌" if report.slower else "✅"
-    lines = [f"### {icon} proofscope diff: {headline(report)}", "",
+def markdown(report: Report, *, emoji: bool = True) -> str:
+    """The report for ``$GITHUB_STEP_SUMMARY``; ``emoji=False`` for renderers without
+    emoji glyphs (Rerun's viewer refuses to draw a text it has no glyph for)."""
+    icon = ("❌ " if report.slower else "✅ ") if emoji else ""
+    lines = [f"### {icon}proofscope diff: {headline(report)}", "",
              _inputs(report) + "; " + drift_line(report), ""]
     notes = input_notes(report.base, "base") + input_notes(report.candidate, "candidate")
-    lines += [f"> ⚠️ {n}" for n in notes] + ([""] if notes else [])
+    warn = "⚠️ " if emoji else "warning: "
+    lines += [f"> {warn}{n}" for n in notes] + ([""] if notes else [])
     if not report.rows:
         lines.append("No spans to compare.")
         return "\n".join(lines) + "\n"
@@ -147,7 +150,7 @@ def markdown(report: Report) -> str:
     lines.append("|" + "|".join(["---", "---"] + ["---:"] * (len(columns) - 2)) + "|")
     for row in report.rows:
         cells = list(_cells(row, report))
-        cells[0] = _MARK[row.verdict]
+        cells[0] = _MARK[row.verdict] if emoji else row.verdict.value
         cells[1] = f"`{_md_escape(cells[1])}`"
         if row.verdict is Verdict.SLOWER:  # the change that was judged
             judged = 8 if report.drift.applied else 7

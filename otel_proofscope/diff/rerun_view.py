@@ -10,8 +10,9 @@ different date). Base is drawn in blue, candidate in orange:
     where the time moved.
 ``diff/gantt/{base,candidate}``
     the median proof of each run as a Gantt chart (x: milliseconds since proof start,
-    one lane per span, the candidate just below the base in each lane), one box per row
-    at the span's start, shown accumulated up to the time cursor.
+    one lane per span, the candidate just below the base in each lane; a box's label,
+    shown on hover, names the span and its duration), one box per row at the span's
+    start, shown accumulated up to the time cursor.
 ``diff/summary``
     the diff table (markdown).
 
@@ -43,7 +44,11 @@ COLOURS = {"base": 0x1F77B4FF, "candidate": 0xFF7F0EFF}
 MAX_GANTT_SPANS = 400
 #: Proofs drawn as progress lines per run.
 MAX_PROGRESS_PROOFS = 100
+#: Height of a box as a share of a lane (base and candidate share each lane).
 LANE_HEIGHT = 0.4
+#: The chart's lanes together are this share of its width, whatever the proof's length
+#: (x is milliseconds, so a lane's height is scaled to the longer median proof).
+LANES_TO_WIDTH = 0.5
 
 
 @dataclass
@@ -82,16 +87,22 @@ def _lane_keys(proof: Proof) -> list[tuple[str, str, int]]:
     return keys
 
 
+def _total_ns(p: Proof) -> int:
+    if p.root is not None and p.root in p.spans:
+        return p.root.duration_ns
+    return max(s.end_ns for s in p.spans) - p.start_ns
+
+
+def median_total_ms(p: Proof) -> float:
+    return _total_ns(p) / 1e6
+
+
 def median_proof(proofs: list[Proof]) -> Proof | None:
     """The proof whose total duration is the (lower) median of its run."""
     if not proofs:
         return None
-    def total(p: Proof) -> int:
-        if p.root is not None and p.root in p.spans:
-            return p.root.duration_ns
-        return max(s.end_ns for s in p.spans) - p.start_ns
-    target = statistics.median_low([total(p) for p in proofs])
-    return next(p for p in proofs if total(p) == target)
+    target = statistics.median_low([_total_ns(p) for p in proofs])
+    return next(p for p in proofs if _total_ns(p) == target)
 
 
 def progress(proof: Proof, contract: bool) -> Series:
@@ -114,6 +125,9 @@ def layout(runs: dict[str, list[Proof]], contract: bool) -> list[RunView]:
         if p is not None:
             for key in _lane_keys(p):
                 lanes.setdefault(key, len(lanes))
+    longest_ms = max((median_total_ms(p) for p in medians.values() if p is not None),
+                     default=1.0)
+    pitch = max(longest_ms, 1e-3) * LANES_TO_WIDTH / max(len(lanes), 1)
     views = []
     for role in ROLES:
         proofs = runs.get(role, [])
@@ -129,8 +143,8 @@ def layout(runs: dict[str, list[Proof]], contract: bool) -> list[RunView]:
                     continue
                 start_s = (s.start_ns - p.start_ns) / 1e9
                 gantt.times_s.append(start_s)
-                gantt.mins.append((start_s * 1e3, lanes[key] + offset))
-                gantt.sizes.append((s.duration_ns / 1e6, LANE_HEIGHT))
+                gantt.mins.append((start_s * 1e3, (lanes[key] + offset) * pitch))
+                gantt.sizes.append((s.duration_ns / 1e6, LANE_HEIGHT * pitch))
                 kind = f" {s.layer_kind}" if s.layer_kind else ""
                 gantt.labels.append(f"{role}: {s.name}{kind} {s.duration_ns / 1e6:.3g} ms")
         views.append(RunView(role, lines, gantt, "layers" if contract else "spans"))
@@ -198,6 +212,8 @@ def write(target: str, views: list[RunView], summary_md: str) -> str:
                 columns=rr.Boxes2D.columns(centers=np.asarray(g.mins, dtype=float) + half,
                                            half_sizes=half, labels=g.labels,
                                            colors=[colour] * len(g.mins)))
+            # Labels on hover only: drawn, a proof's boxes bury each other in text.
+            rec.log(path, rr.Boxes2D.from_fields(show_labels=False), static=True)
     rec.flush()
     rec.disconnect()
     return where
