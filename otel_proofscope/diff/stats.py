@@ -26,12 +26,12 @@ reachable one-sided p for n = m = 5 is 1/252 ≈ 0.004 (for n = m = 4 it is 1/70
 above ALPHA), hence the default of 5 samples a side.
 
 Measured on the shared 2-CPU machine (``benchmarks/bench_diff.py``: the same
-configuration twice, ``--repeat 10``, 62 pairs, load average 7–12): machine load alone
-moved whole runs by −64 % … +174 % and single 0.1–3 ms groups of an otherwise equal run
-by +50 % and more. Judging the median alone (beyond 10 % with p < 0.01) called 8 of the
-62 pairs slower; raw changes with the interval rule and the floor (``--absolute``) 6;
-the default, which also discounts a run-wide change when both runs did the same work
-(:mod:`otel_proofscope.diff.report`), none. See docs/diff.md.
+configuration twice, ``--repeat 10``, 82 pairs, load average 1.5–12): machine load
+alone moved whole runs by −64 % … +174 % and single 0.1–3 ms groups of an otherwise
+equal run by +50 % and more. Judging the median alone (beyond 10 % with p < 0.01) called
+14 of the 82 pairs slower; raw changes with the interval rule and the floor
+(``--absolute``) 7; the default, which also discounts a run-wide change when both runs
+did the same work (:mod:`otel_proofscope.diff.report`), none. See docs/diff.md.
 
 The bootstrap uses a fixed seed, so the same inputs always give the same report.
 """
