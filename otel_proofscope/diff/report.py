@@ -138,7 +138,7 @@ def same_work(base: smp.Samples, candidate: smp.Samples) -> bool:
 
 def drift(values_base: dict[smp.Group, list[float]],
           values_cand: dict[smp.Group, list[float]], settings: Settings,
-          same_work: bool = True) -> Drift:
+          work_matches: bool = True) -> Drift:
     """The geometric median over groups of the candidate/base median ratio."""
     logs = []
     for g, x in values_base.items():
@@ -155,7 +155,7 @@ def drift(values_base: dict[smp.Group, list[float]],
     factor = math.exp(float(np.median(logs)))
     if settings.absolute:
         return Drift(factor, len(logs), False, "not applied (--absolute): raw changes judged")
-    if not same_work:
+    if not work_matches:
         return Drift(factor, len(logs), False,
                      "not applied: the runs did different work (shapes, trace costs or "
                      "rounds differ); raw changes judged")
