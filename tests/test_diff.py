@@ -525,3 +525,17 @@ def test_the_recording_renders_in_a_headless_viewer(runs: dict[str, Path],
     # blue (base, ~#1F77B4) and orange (candidate, ~#FF7F0E) are both on screen
     assert ((b > 150) & (r < 80) & (g > 90) & (g < 150)).sum() > 100
     assert ((r > 220) & (g > 100) & (g < 160) & (b < 60)).sum() > 100
+
+
+def test_collector_file_with_metrics_lines_compares_its_spans(runs: dict[str, Path],
+                                                             tmp_path: Path) -> None:
+    """The collector's file exporter can write every signal to one path: metric lines are
+    not traces (no spans), not bad lines."""
+    metrics = (runs["base"].parent / "base0" / "metrics.jsonl").read_bytes()
+    assert b'"resourceMetrics"' in metrics
+    mixed = tmp_path / "collector.json"
+    mixed.write_bytes(metrics + (runs["same"] / "traces.jsonl").read_bytes() + metrics)
+    proc = proofscope("diff", str(runs["base"]), str(mixed), "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["candidate"]["bad_lines"] == 0 and doc["candidate"]["proofs"] == PROOFS
