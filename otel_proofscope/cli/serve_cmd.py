@@ -99,7 +99,7 @@ def _exporters(target: str) -> tuple[list[Any], list[Any]]:
 
 def serve(args: argparse.Namespace) -> int:
     from otel_proofscope.integrations.otlp_receiver.server import OtlpReceiver
-    from otel_proofscope.pipeline.drops import DROPS
+    from otel_proofscope.ledger import DROPS
 
     token = args.token or os.environ.get(TOKEN_ENV) or None
     if args.grpc_port is None and args.http_port is None:
