@@ -3,9 +3,10 @@
 Each line of a ``traces.jsonl`` (written by ``proofscope demo``/``replay``/``configure()``,
 by the official ``opentelemetry-exporter-otlp-json-file`` or by the collector's ``file``
 exporter) is one OTLP/JSON ``ExportTraceServiceRequest``. Lines are decoded with the OTLP
-receiver's own codec and converter, so ids, attributes and malformed spans are treated
-exactly as ``proofscope serve`` treats them. A line that is not valid OTLP/JSON is
-reported (line number and reason) and counted; it never stops the lines after it.
+receiver's codec and the shared decoder (:mod:`otel_proofscope.otlp.decode`), so ids,
+attributes and malformed spans are treated exactly as ``proofscope serve`` treats them.
+A line that is not valid OTLP/JSON is reported (line number and reason) and counted; it
+never stops the lines after it.
 
 Only what the comparison uses is kept per span (:class:`SpanRecord`), so a large file is
 read in one pass without holding SDK span objects.
@@ -18,7 +19,8 @@ from dataclasses import dataclass, field
 
 from opentelemetry.sdk.trace import ReadableSpan
 
-from otel_proofscope.integrations.otlp_receiver import codec, convert
+from otel_proofscope.integrations.otlp_receiver import codec
+from otel_proofscope.otlp import decode
 from otel_proofscope.semconv import Attr, EventName
 
 #: Distinct bad lines kept with their reason (all are counted).
@@ -114,7 +116,7 @@ def read_lines(lines: Iterable[bytes | str], source: str) -> TraceFile:
         except codec.BadRequest as exc:
             out.bad(number, str(exc))
             continue
-        batch = convert.spans_from_request(request)  # type: ignore[arg-type]
+        batch = decode.spans_from_request(request)  # type: ignore[arg-type]
         if batch.rejected:
             out.rejected_spans += batch.rejected
             if batch.error_message and len(out.rejected_reasons) < MAX_BAD_LINES_KEPT:
