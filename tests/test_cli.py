@@ -12,9 +12,9 @@ from otel_proofscope.version import __version__
 def test_help_lists_every_subcommand() -> None:
     out = subprocess.run(["proofscope", "--help"], capture_output=True, text=True, timeout=60,
                          check=True).stdout
-    for name in ("demo", "gpu", "run", "serve", "replay", "import"):
+    for name in ("demo", "gpu", "run", "serve", "replay", "import", "diff"):
         assert f"    {name} " in out
-    assert set(SUBCOMMANDS) == {"demo", "gpu", "run", "serve", "replay", "import"}
+    assert set(SUBCOMMANDS) == {"demo", "gpu", "run", "serve", "replay", "import", "diff"}
 
 
 def test_version() -> None:

@@ -17,6 +17,7 @@ SUBCOMMANDS: dict[str, str] = {
     "serve": "serve_cmd",
     "replay": "replay_cmd",
     "import": "import_cmd",
+    "diff": "diff_cmd",
 }
 
 DESCRIPTION = """\
@@ -35,6 +36,7 @@ examples:
   proofscope serve --map sp1            … with SP1's own span names mapped onto the proof
   proofscope import trace.json          a Chrome trace-event profile → OTLP + Rerun
   proofscope replay events.jsonl        turn a recorded proof-stream into spans
+  proofscope diff base/ candidate/      which phases got slower; exit 1 if any did
 
 Configuration uses the standard OTEL_* variables (OTEL_EXPORTER_OTLP_ENDPOINT, …)
 and PROOFSCOPE_* variables; see the README.

@@ -22,7 +22,7 @@ _ROW_ID = "rerun.controls.RowId"
 @dataclass
 class Row:
     row_id: bytes
-    times: dict[str, int]  # timeline → value (timestamps as ns since epoch)
+    times: dict[str, int]  # timeline → value (timestamps as ns since epoch, durations ns)
     values: dict[str, Any]  # component ("Points3D:positions") → its batch as Python lists
 
 
@@ -63,7 +63,9 @@ class Recording:
 
 
 def _py(column: pa.Array) -> list[Any]:
-    if pa.types.is_timestamp(column.type):
+    # Timestamps and durations (``proofscope diff`` aligns runs on a duration timeline)
+    # as plain nanoseconds: datetime/timedelta would drop the nanoseconds or refuse them.
+    if pa.types.is_timestamp(column.type) or pa.types.is_duration(column.type):
         return column.cast(pa.int64()).to_pylist()  # type: ignore[no-any-return]
     return column.to_pylist()  # type: ignore[no-any-return]
 

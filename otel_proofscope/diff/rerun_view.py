@@ -1,0 +1,219 @@
+"""``proofscope diff --rerun``: both runs in one Rerun recording, aligned at proof start.
+
+Every row sits on the ``proof_time`` timeline as a *duration since its proof's start*
+(both runs start at 0, so a span that moved shows up at a different time, not at a
+different date). Base is drawn in blue, candidate in orange:
+
+``diff/progress/{base,candidate}/{n}``
+    one line per proof: layers finished (contract traces) or spans finished (any
+    trace) over time since that proof's start. Where the two bundles of lines part is
+    where the time moved.
+``diff/gantt/{base,candidate}``
+    the median proof of each run as a Gantt chart (x: milliseconds since proof start,
+    one lane per span, the candidate just below the base in each lane; a box's label,
+    shown on hover, names the span and its duration), one box per row at the span's
+    start, shown accumulated up to the time cursor.
+``diff/summary``
+    the diff table (markdown).
+
+:func:`layout` computes all of it without Rerun (tested on its own); :func:`write` sends
+it with ``send_columns``, one call per entity.
+"""
+
+from __future__ import annotations
+
+import statistics
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from otel_proofscope.diff.samples import Proof
+from otel_proofscope.diff.traces import SpanRecord
+from otel_proofscope.semconv import SpanName
+
+#: The recording's timeline (a duration here, not a timestamp: see the module doc).
+PROOF_TIME = "proof_time"
+APP_ID = "otel_proofscope_diff"
+ROLES = ("base", "candidate")
+#: RGBA of each run: blue and orange (distinguishable with the common colour deficiencies).
+COLOURS = {"base": 0x1F77B4FF, "candidate": 0xFF7F0EFF}
+#: Lanes drawn in a Gantt chart; a longer proof is cut (and says so in its label).
+MAX_GANTT_SPANS = 400
+#: Proofs drawn as progress lines per run.
+MAX_PROGRESS_PROOFS = 100
+#: Height of a box as a share of a lane (base and candidate share each lane).
+LANE_HEIGHT = 0.4
+#: The chart's lanes together are this share of its width, whatever the proof's length
+#: (x is milliseconds, so a lane's height is scaled to the longer median proof).
+LANES_TO_WIDTH = 0.5
+
+
+@dataclass
+class Series:
+    """One progress line: seconds since proof start → count finished."""
+
+    times_s: list[float]
+    values: list[float]
+
+
+@dataclass
+class Gantt:
+    times_s: list[float] = field(default_factory=list)  # each box's start (row time)
+    mins: list[tuple[float, float]] = field(default_factory=list)  # (ms, lane)
+    sizes: list[tuple[float, float]] = field(default_factory=list)
+    labels: list[str] = field(default_factory=list)
+    cut: int = 0  # spans left out beyond MAX_GANTT_SPANS
+
+
+@dataclass
+class RunView:
+    role: str
+    progress: list[Series]
+    gantt: Gantt
+    what: str  # "layers" or "spans"
+
+
+def _lane_keys(proof: Proof) -> list[tuple[str, str, int]]:
+    """A lane per span, stable across runs: (name, layer kind, occurrence) in start order."""
+    seen: Counter[tuple[str, str]] = Counter()
+    keys = []
+    for s in sorted(proof.spans, key=lambda s: (s.start_ns, s.name)):
+        base = (s.name, s.layer_kind or "")
+        keys.append((*base, seen[base]))
+        seen[base] += 1
+    return keys
+
+
+def _total_ns(p: Proof) -> int:
+    if p.root is not None and p.root in p.spans:
+        return p.root.duration_ns
+    return max(s.end_ns for s in p.spans) - p.start_ns
+
+
+def median_total_ms(p: Proof) -> float:
+    return _total_ns(p) / 1e6
+
+
+def median_proof(proofs: list[Proof]) -> Proof | None:
+    """The proof whose total duration is the (lower) median of its run."""
+    if not proofs:
+        return None
+    target = statistics.median_low([_total_ns(p) for p in proofs])
+    return next(p for p in proofs if _total_ns(p) == target)
+
+
+def progress(proof: Proof, contract: bool) -> Series:
+    """Finished layers (contract) or spans over time since the proof's start."""
+    def counted(s: SpanRecord) -> bool:
+        return s.name == SpanName.LAYER if contract else s is not proof.root
+
+    ends = sorted(s.end_ns for s in proof.spans if counted(s))
+    t0 = proof.start_ns
+    times = [0.0] + [(e - t0) / 1e9 for e in ends]
+    return Series(times, [float(i) for i in range(len(times))])
+
+
+def layout(runs: dict[str, list[Proof]], contract: bool) -> list[RunView]:
+    """Everything to draw, per run; lanes shared by both runs' median proofs."""
+    medians = {role: median_proof(proofs) for role, proofs in runs.items()}
+    lanes: dict[tuple[str, str, int], int] = {}
+    for role in ROLES:
+        p = medians.get(role)
+        if p is not None:
+            for key in _lane_keys(p):
+                lanes.setdefault(key, len(lanes))
+    longest_ms = max((median_total_ms(p) for p in medians.values() if p is not None),
+                     default=1.0)
+    pitch = max(longest_ms, 1e-3) * LANES_TO_WIDTH / max(len(lanes), 1)
+    views = []
+    for role in ROLES:
+        proofs = runs.get(role, [])
+        lines = [progress(p, contract) for p in proofs[:MAX_PROGRESS_PROOFS]]
+        gantt = Gantt()
+        p = medians.get(role)
+        if p is not None:
+            offset = 0.0 if role == "base" else LANE_HEIGHT + 0.05
+            ordered = sorted(p.spans, key=lambda s: (s.start_ns, s.name))
+            for s, key in zip(ordered, _lane_keys(p), strict=True):
+                if len(gantt.mins) >= MAX_GANTT_SPANS:
+                    gantt.cut += 1
+                    continue
+                start_s = (s.start_ns - p.start_ns) / 1e9
+                gantt.times_s.append(start_s)
+                gantt.mins.append((start_s * 1e3, (lanes[key] + offset) * pitch))
+                gantt.sizes.append((s.duration_ns / 1e6, LANE_HEIGHT * pitch))
+                kind = f" {s.layer_kind}" if s.layer_kind else ""
+                gantt.labels.append(f"{role}: {s.name}{kind} {s.duration_ns / 1e6:.3g} ms")
+        views.append(RunView(role, lines, gantt, "layers" if contract else "spans"))
+    return views
+
+
+def write(target: str, views: list[RunView], summary_md: str) -> str:
+    """Send the views to ``target`` (``file:PATH``, ``spawn`` or ``rerun+http://…``).
+
+    Returns where the recording went, for the user.
+    """
+    import rerun as rr
+    import rerun.blueprint as rrb
+
+    from otel_proofscope.rerun.sink import parse_target, probe
+
+    t = parse_target(target)
+    if t.kind == "off":
+        return "off"
+    rec = rr.RecordingStream(APP_ID, recording_id=str(uuid.uuid4()))
+    blueprint = rrb.Blueprint(
+        rrb.Vertical(
+            rrb.TimeSeriesView(name="Progress since proof start (base blue, candidate orange)",
+                               origin="/diff/progress"),
+            rrb.Horizontal(
+                rrb.Spatial2DView(
+                    name="Median proof, ms since start (base above candidate)",
+                    origin="/diff/gantt",
+                    time_ranges=[rrb.VisibleTimeRange(
+                        PROOF_TIME, start=rrb.TimeRangeBoundary.infinite(),
+                        end=rrb.TimeRangeBoundary.cursor_relative())]),
+                rrb.TextDocumentView(name="Diff", origin="/diff/summary"),
+                column_shares=[3, 2]),
+            row_shares=[1, 1]),
+        rrb.TimePanel(timeline=PROOF_TIME))
+    if t.kind == "file":
+        Path(t.path).parent.mkdir(parents=True, exist_ok=True)
+        rec.save(t.path, default_blueprint=blueprint)
+        where = f"file:{t.path}"
+    elif t.kind == "spawn":
+        rec.spawn(port=t.port, default_blueprint=blueprint)
+        where = "spawned viewer"
+    else:
+        # connect_grpc() does not fail when nothing listens; it drops the data silently.
+        if not probe(t.host, t.port):
+            raise ConnectionError(f"nothing listens on {t.host}:{t.port}")
+        rec.connect_grpc(t.url, default_blueprint=blueprint)
+        where = t.url
+    rec.log("/diff/summary", rr.TextDocument(summary_md, media_type=rr.MediaType.MARKDOWN),
+            static=True)
+    for view in views:
+        colour = COLOURS[view.role]
+        for i, line in enumerate(view.progress):
+            path = f"/diff/progress/{view.role}/{i}"
+            rec.log(path, rr.SeriesLines(colors=[colour], names=[f"{view.role} {view.what}"]),
+                    static=True)
+            rec.send_columns(path, indexes=[rr.TimeColumn(PROOF_TIME, duration=line.times_s)],
+                             columns=rr.Scalars.columns(scalars=np.asarray(line.values)))
+        g = view.gantt
+        if g.mins:
+            path = f"/diff/gantt/{view.role}"
+            half = np.asarray(g.sizes, dtype=float) / 2
+            rec.send_columns(
+                path, indexes=[rr.TimeColumn(PROOF_TIME, duration=g.times_s)],
+                columns=rr.Boxes2D.columns(centers=np.asarray(g.mins, dtype=float) + half,
+                                           half_sizes=half, labels=g.labels,
+                                           colors=[colour] * len(g.mins)))
+            # Labels on hover only: drawn, a proof's boxes bury each other in text.
+            rec.log(path, rr.Boxes2D.from_fields(show_labels=False), static=True)
+    rec.flush()
+    rec.disconnect()
+    return where
