@@ -210,10 +210,11 @@ class _Trace:
     depth: dict[int, int] = field(default_factory=dict)  # placed span id → depth
 
 
-@dataclass
+@dataclass(eq=False)
 class _Pending:
     rec: Rec
     since: float  # monotonic arrival time
+    seq: int  # arrival number: the same span sent twice waits (and is drawn) twice
 
 
 class _Boxes:
@@ -247,7 +248,8 @@ class TraceTranslator:
         self._ordinal = 0
         # trace id → parent span id → spans waiting for it (arrival order)
         self._pending: dict[int, dict[int, list[_Pending]]] = {}
-        self._queue: OrderedDict[tuple[int, int], _Pending] = OrderedDict()  # oldest first
+        self._queue: OrderedDict[int, _Pending] = OrderedDict()  # by arrival, oldest first
+        self._seq = 0
         self._series: set[str] = set()
         self._styled: set[str] = set()
 
@@ -361,26 +363,24 @@ class TraceTranslator:
             waiting = self._pending.get(r.trace_id, {}).pop(r.span_id, None)
             if waiting:
                 for p in waiting:
-                    self._queue.pop((p.rec.trace_id, p.rec.span_id), None)
+                    self._queue.pop(p.seq, None)
                     stack.append((p.rec, d + 1, False))
             if r.trace_id in self._pending and not self._pending[r.trace_id]:
                 del self._pending[r.trace_id]
 
     def _wait(self, rec: Rec, now: float, boxes: dict[str, _Boxes],
               issues: TraceIssues) -> None:
-        key = (rec.trace_id, rec.span_id)
-        if key in self._queue:  # the same span twice (a retried export): drawn once
-            return
         while len(self._queue) >= self.max_pending:
             issues.pending_overflow += 1
             self._orphan(next(iter(self._queue.values())), boxes, issues)
-        p = _Pending(rec, now)
-        self._queue[key] = p
+        self._seq += 1
+        p = _Pending(rec, now, self._seq)
+        self._queue[p.seq] = p
         self._pending.setdefault(rec.trace_id, {}).setdefault(rec.parent_id, []).append(p)
 
     def _orphan(self, p: _Pending, boxes: dict[str, _Boxes], issues: TraceIssues) -> None:
         rec = p.rec
-        self._queue.pop((rec.trace_id, rec.span_id), None)
+        self._queue.pop(p.seq, None)
         by_parent = self._pending.get(rec.trace_id, {})
         siblings = by_parent.get(rec.parent_id, [])
         if p in siblings:
