@@ -45,7 +45,7 @@ import numpy as np
 import rerun as rr
 
 from otel_proofscope.rerun.columns import PROOF_TIME, Frame
-from otel_proofscope.semconv import Attr
+from otel_proofscope.semconv import Attr, EventName
 
 FLAME = "trace/flame"
 LOGS = "trace/logs"
@@ -75,6 +75,9 @@ BOX_HALF_HEIGHT = 0.42
 SERVICE_NAME = "service.name"
 #: Set by the mapping rules (semconv.Attr.MAPPING_SOURCE_NAME once that lands).
 SOURCE_NAME: str = getattr(Attr, "MAPPING_SOURCE_NAME", "proofscope.mapping.source_name")
+
+_LEVELS = {"TRACE": "TRACE", "DEBUG": "DEBUG", "INFO": "INFO", "WARN": "WARN",
+           "WARNING": "WARN", "ERROR": "ERROR", "CRITICAL": "CRITICAL"}
 
 ERROR_RGBA = 0xE53935FF
 ORPHAN_RGBA = 0x9E9E9EFF
@@ -449,6 +452,13 @@ class TraceTranslator:
             ea = _attrs(ev)
             level = "ERROR" if name == "exception" else "INFO"
             body = f"{rec.name} › {name}"
+            message = ea.get(Attr.LOG_MESSAGE)
+            if name == EventName.LOG and isinstance(message, str):
+                # A bridged log line (EZKL's Rust logs, proof-stream Log): its own level.
+                level = _LEVELS.get(str(ea.get(Attr.LOG_LEVEL, "")).upper(), "INFO")
+                ea = {k: v for k, v in ea.items() if k not in (Attr.LOG_MESSAGE,
+                                                               Attr.LOG_LEVEL)}
+                body = f"{rec.name} › {message}"
             ev_attrs = format_attrs(ea)
             if ev_attrs:
                 body += " · " + ev_attrs
