@@ -6,8 +6,9 @@ The proof walk (:mod:`otel_proofscope.rerun.translate`) draws only spans that sp
 otherwise see nothing. This view draws *every* span, contract or not::
 
     trace/flame/{service}/{trace}       Boxes2D, one box per span at its start time:
-                                        x = seconds since the UTC hour of the first span,
-                                        y = lane of the trace + depth under its root
+                                        x = time since the trace's root started, scaled
+                                        so the root is FLAME_WIDTH wide; y = the trace's
+                                        lane + depth under its root
     trace/logs/{service}/{trace}        TextLog: one row per span end (duration, status,
                                         attributes), one per span event, at their times
     trace/durations/{service}/{name}    Scalars: the duration (ms) of every span of that
@@ -17,6 +18,12 @@ otherwise see nothing. This view draws *every* span, contract or not::
 escaped as entity-path parts; ``{trace}`` is the first 8 hex digits of the trace id
 (16 when two traces share 8). Spans of several services in one trace keep their own
 entities (and colours) while sharing the trace's lane.
+
+A flame chart per trace: Rerun's 2D view keeps one scale for x and y, and traces last
+from microseconds to hours, so each trace is scaled to its root's duration (the box
+labels carry the real durations, the ``proof_time`` timeline the real times) and gets
+its own lane below the previous trace. Boxes too narrow for their label show it on
+hover only.
 
 Arrival order: a span's depth is known only once its parent is placed, and exporters
 send children before their parents (a child ends first). A span whose parent has not
@@ -63,13 +70,16 @@ MAX_SERIES = 1024
 #: Attributes shown per span, characters per text row.
 MAX_ATTRS = 24
 MAX_TEXT = 500
-#: Vertical room of one trace; lanes are reused round-robin so y stays bounded.
-#: x = 0 of the flame chart: the UTC hour of the first span (float32 x keeps ~0.25 ms
-#: within the hour).
-ORIGIN_STEP_NS = 3_600 * 10**9
+#: Width of a trace's root box, in the units of one depth level.
+FLAME_WIDTH = 24.0
+#: A label is drawn on boxes at least this wide (the rest on hover).
+MIN_LABELLED_WIDTH = 2.0
+#: Vertical room of one trace (deeper spans overlap the next lane).
 LANE_HEIGHT = 10
-LANES = 8
-BOX_HALF_HEIGHT = 0.42
+#: Outline width of the boxes, in UI points (a negative radius in Rerun).
+OUTLINE = -1.5
+#: Half a row: the viewer draws a box's label under the box, in the gap to the next row.
+BOX_HALF_HEIGHT = 0.25
 
 #: Resource attribute naming the service (OTel semconv).
 SERVICE_NAME = "service.name"
@@ -210,6 +220,8 @@ class TraceIssues:
 class _Trace:
     key: str
     lane: float
+    origin: int | None = None  # ns at x = 0: the start of the first span placed
+    scale: float = 0.0  # x units per ns
     depth: dict[int, int] = field(default_factory=dict)  # placed span id → depth
 
 
@@ -223,7 +235,7 @@ class _Pending:
 class _Boxes:
     """Flame-chart rows of one entity in one batch (one box per row)."""
 
-    __slots__ = ("centers", "colours", "half", "labels", "times")
+    __slots__ = ("centers", "colours", "half", "labels", "shown", "times")
 
     def __init__(self) -> None:
         self.times: list[int] = []
@@ -231,6 +243,7 @@ class _Boxes:
         self.half: list[tuple[float, float]] = []
         self.colours: list[int] = []
         self.labels: list[str] = []
+        self.shown: list[bool] = []
 
 
 class TraceTranslator:
@@ -244,7 +257,6 @@ class TraceTranslator:
         self.wait_s = wait_s_from_env() if wait_s is None else wait_s
         self.max_pending = max(1, max_pending)
         self.max_placed = max(1, max_placed)
-        self.origin: int | None = None  # ns: x = 0 of the flame chart
         self._traces: OrderedDict[int, _Trace] = OrderedDict()
         self._keys: dict[str, int] = {}
         self._placed = 0
@@ -278,10 +290,6 @@ class TraceTranslator:
         # Parents first within a batch (earlier start), so most spans place at once.
         recs.sort(key=lambda r: (r.start, -r.end, r.span_id))
         for rec in recs:
-            if self.origin is None and rec.start > 0:
-                # Fixed once (boxes already sent keep their x), and the same whatever
-                # span arrives first: the start of its UTC hour.
-                self.origin = rec.start - rec.start % ORIGIN_STEP_NS
             self._log_and_series(rec, frame, issues)
             trace = self._traces.get(rec.trace_id)
             if rec.parent_id == 0:
@@ -333,7 +341,7 @@ class TraceTranslator:
         if self._keys.get(key, trace_id) != trace_id:
             key = f"{trace_id:032x}"[:16]  # two traces sharing 8 hex digits stay apart
         self._keys[key] = trace_id
-        trace = _Trace(key, float((self._ordinal % LANES) * LANE_HEIGHT))
+        trace = _Trace(key, float(self._ordinal * LANE_HEIGHT))
         self._ordinal += 1
         self._traces[trace_id] = trace
         return trace
@@ -407,13 +415,21 @@ class TraceTranslator:
 
     def _box(self, rec: Rec, trace: _Trace, depth: int, orphan: bool,
              boxes: dict[str, _Boxes]) -> None:
-        origin = self.origin if self.origin is not None else rec.start
-        half_w = rec.duration / 2e9
-        x = (rec.start - origin) / 1e9 + half_w
+        if trace.origin is None:
+            # Fixed by the first span placed: the root (children wait for it), or an
+            # orphan when the root never came. Boxes already sent keep their x.
+            trace.origin = rec.start
+            trace.scale = FLAME_WIDTH / max(rec.duration, 1000)
+        half_w = rec.duration * trace.scale / 2
+        x = (rec.start - trace.origin) * trace.scale + half_w
         y = trace.lane + depth
         label = f"{self._label(rec)} {format_ms(rec.duration)}"
+        if depth == 0 and not orphan:
+            label += f" · trace {trace.key}"
         if rec.error:
-            label = "✖ " + label + " ERROR"
+            # Plain text: the viewer's font (Inter) has no dingbats; a missing glyph
+            # aborts the headless viewer.
+            label += " ERROR"
             colour = ERROR_RGBA
         elif orphan:
             colour = ORPHAN_RGBA
@@ -430,6 +446,7 @@ class TraceTranslator:
         b.half.append((half_w, BOX_HALF_HEIGHT))
         b.colours.append(colour)
         b.labels.append(label)
+        b.shown.append(2 * half_w >= MIN_LABELLED_WIDTH)
 
     def _log_and_series(self, rec: Rec, frame: Frame, issues: TraceIssues) -> None:
         svc = part(rec.service)
@@ -485,7 +502,8 @@ class TraceTranslator:
                 half_sizes=np.asarray(b.half, dtype=np.float32)[order],
                 colors=np.asarray(b.colours, dtype=np.uint32)[order],
                 labels=[b.labels[i] for i in order],
-                show_labels=[True] * n,
+                show_labels=[b.shown[i] for i in order],
+                radii=np.full(n, OUTLINE, dtype=np.float32),
             )
             times = np.asarray(b.times, dtype=np.int64)[order]
             frame.columns(path, [rr.TimeColumn(PROOF_TIME, timestamp=times.astype(
