@@ -46,6 +46,7 @@ from otel_proofscope.rerun.translate_trace import (
     DURATIONS,
     FLAME,
     LOGS,
+    ORPHAN_DEPTH,
     SOURCE_NAME,
     TraceTranslator,
     part,
@@ -204,6 +205,7 @@ def test_children_before_parents_and_an_orphan_at_shutdown(tmp_path: Path) -> No
     [orphan] = [r.values["Boxes2D:labels"][0] for r in rows
                 if r.values["Boxes2D:labels"][0].startswith("late_child")]
     assert f"orphan: parent {77:016x} not received" in orphan
+    assert got["late_child"] - got["prove"] == ORPHAN_DEPTH  # apart from the tree
     assert TALLY.summary_line(DROPS) == \
         "rerun: drawn 4 spans (1 as orphans: parent never received); not drawn 0"
 
@@ -308,3 +310,24 @@ def test_any_spans_translate_without_raising_and_paths_stay_escaped(
     drawn += tr.drain(final).drawn
     assert drawn == received  # every drawable span is drawn exactly once
     assert tr.pending == 0
+
+
+def test_no_viewer_every_span_counted_once_never_drawn(tmp_path: Path) -> None:
+    """A viewer that is not there: each span is 'not drawn' exactly once, including the
+    children that were waiting for their parent when their batch was lost."""
+    import socket
+
+    TALLY.reset()
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    exporter = RerunSpanExporter(f"rerun+http://127.0.0.1:{port}/proxy")
+    leaf = _span("open", 3, 2, T0 + 20, T0 + 30)
+    mid = _span("prove_shard", 2, 1, T0 + 10, T0 + 40)
+    root = _span("prove", 1, None, T0, T0 + 100)
+    stray = _span("late_child", 9, 77, T0 + 50, T0 + 60)
+    for batch in ([leaf, stray], [mid], [root]):
+        exporter.export(batch)
+    assert exporter.force_flush(10_000) is not None
+    exporter.shutdown()
+    assert TALLY.summary_line(DROPS) == "rerun: drawn 0 spans; not drawn 4 (sink_unavailable 4)"

@@ -451,6 +451,11 @@ class RerunSink:
             for item in items:
                 self._lose_item(item, DropReason.SINK_UNAVAILABLE)
             if trace is not None:
+                # This batch is counted above; spans carried from earlier batches (sent
+                # then, while they waited) are lost now, and this batch's waiting spans
+                # must not be drawn (and counted) later as well.
+                self._lose_spans(trace.carried, 0, DropReason.SINK_UNAVAILABLE)
+                self.trace.discard_last_call()
                 self._record_trace(trace, sent=False)
             return
         if self._abandoned:

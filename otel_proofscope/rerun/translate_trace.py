@@ -28,11 +28,14 @@ hover only.
 Arrival order: a span's depth is known only once its parent is placed, and exporters
 send children before their parents (a child ends first). A span whose parent has not
 arrived waits (bounded: :data:`MAX_PENDING` spans, :data:`DEFAULT_WAIT_S`) and is placed
-with its parent; one that waited longer, or is still waiting at shutdown, is drawn as an
-*orphan* one level under its trace's lane top and labelled so. Its log row and duration
-point are not held back: they are emitted on arrival. When the pending buffer is full,
-the oldest waiting span is drawn as an orphan at once and counted
-(:attr:`TraceIssues.pending_overflow`).
+with its parent. Since a root ends last, a trace's flame chart is complete when its
+root arrives, as in Jaeger; its log rows and duration points are not held back, they
+are emitted on arrival (the live part of the view). A span that waited longer (a proof
+that never finished, a parent exported elsewhere), or is still waiting at shutdown, is
+drawn as an *orphan*: grey, labelled so, in the orphan rows at the bottom of its trace's
+lane (:data:`ORPHAN_DEPTH`), where it cannot be mistaken for a child of the spans
+above. When the pending buffer is full, the oldest waiting span is drawn as an orphan at
+once and counted (:attr:`TraceIssues.pending_overflow`).
 
 A span that the rules of :mod:`otel_proofscope.mapping` renamed carries its original
 name in ``proofscope.mapping.source_name``; its box reads ``source → contract``.
@@ -59,10 +62,11 @@ LOGS = "trace/logs"
 DURATIONS = "trace/durations"
 
 ENV_WAIT = "PROOFSCOPE_TRACE_WAIT_S"
-#: Seconds a span waits for its parent before it is drawn as an orphan.
-DEFAULT_WAIT_S = 10.0
+#: Seconds a span waits for its parent before it is drawn as an orphan: long enough for
+#: a real proof (its spans wait for the root, which ends last).
+DEFAULT_WAIT_S = 600.0
 #: Spans waiting for a parent, all traces together (the oldest is drawn early beyond).
-MAX_PENDING = 16384
+MAX_PENDING = 32768
 #: Placed span ids remembered (for the depth of later children), all traces together.
 MAX_PLACED = 1 << 18
 #: Distinct duration series (service, span name); further names share ``_other``.
@@ -75,7 +79,9 @@ FLAME_WIDTH = 24.0
 #: A label is drawn on boxes at least this wide (the rest on hover).
 MIN_LABELLED_WIDTH = 2.0
 #: Vertical room of one trace (deeper spans overlap the next lane).
-LANE_HEIGHT = 10
+LANE_HEIGHT = 12
+#: Depth at which orphans are drawn in their lane (below any tree of usual depth).
+ORPHAN_DEPTH = 8
 #: Outline width of the boxes, in UI points (a negative radius in Rerun).
 OUTLINE = -1.5
 #: Half a row: the viewer draws a box's label under the box, in the gap to the next row.
@@ -157,6 +163,7 @@ class Rec:
     status_message: str
     attrs: Mapping[str, Any]
     events: Sequence[Any]
+    call: int = 0  # the translate() call it arrived in
 
     @property
     def duration(self) -> int:
@@ -206,6 +213,7 @@ class TraceIssues:
     received: int = 0
     drawn: int = 0  # boxes placed (spans fully drawn)
     orphans: int = 0  # of which drawn without their parent
+    carried: int = 0  # of which arrived in an earlier call (their batch was settled then)
     pending: int = 0  # waiting for a parent after this call
     invalid: int = 0  # no trace / span id: not drawable
     pending_overflow: int = 0  # drawn as orphans early because the buffer was full
@@ -265,6 +273,7 @@ class TraceTranslator:
         self._pending: dict[int, dict[int, list[_Pending]]] = {}
         self._queue: OrderedDict[int, _Pending] = OrderedDict()  # by arrival, oldest first
         self._seq = 0
+        self._call = 0
         self._series: set[str] = set()
         self._styled: set[str] = set()
 
@@ -276,6 +285,7 @@ class TraceTranslator:
 
     def translate(self, spans: Sequence[Any], frame: Frame, *, now: float) -> TraceIssues:
         issues = TraceIssues(received=len(spans))
+        self._call += 1
         boxes: dict[str, _Boxes] = {}
         recs: list[Rec] = []
         for span in spans:
@@ -286,6 +296,7 @@ class TraceTranslator:
             if rec is None:
                 issues.invalid += 1
                 continue
+            rec.call = self._call
             recs.append(rec)
         # Parents first within a batch (earlier start), so most spans place at once.
         recs.sort(key=lambda r: (r.start, -r.end, r.span_id))
@@ -318,6 +329,22 @@ class TraceTranslator:
             self._emit(boxes, frame)
             issues.pending = self.pending
         return issues
+
+    def discard_last_call(self) -> int:
+        """Forget the spans of the last call that still wait (its frame was not sent and
+        its batch is counted lost as a whole); returns how many."""
+        gone = [p for p in self._queue.values() if p.rec.call == self._call]
+        for p in gone:
+            self._queue.pop(p.seq, None)
+            by_parent = self._pending.get(p.rec.trace_id, {})
+            siblings = by_parent.get(p.rec.parent_id, [])
+            if p in siblings:
+                siblings.remove(p)
+                if not siblings:
+                    by_parent.pop(p.rec.parent_id, None)
+            if not by_parent:
+                self._pending.pop(p.rec.trace_id, None)
+        return len(gone)
 
     def drain(self, frame: Frame) -> TraceIssues:
         """Shutdown: draw every waiting span as an orphan."""
@@ -371,6 +398,7 @@ class TraceTranslator:
             self._box(r, trace, d, o, boxes)
             issues.drawn += 1
             issues.orphans += o
+            issues.carried += r.call != self._call
             waiting = self._pending.get(r.trace_id, {}).pop(r.span_id, None)
             if waiting:
                 for p in waiting:
@@ -403,8 +431,8 @@ class TraceTranslator:
         if trace is not None and rec.parent_id in trace.depth:
             self._place(rec, trace.depth[rec.parent_id] + 1, False, boxes, issues)
         else:
-            # One level under the lane top: it has a parent, whose depth is unknown.
-            self._place(rec, 1, True, boxes, issues)
+            # Its depth is unknown: the orphan rows, apart from the placed tree.
+            self._place(rec, ORPHAN_DEPTH, True, boxes, issues)
 
     # ── rows ─────────────────────────────────────────────────────────────────────────
 
