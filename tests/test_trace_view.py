@@ -331,3 +331,23 @@ def test_no_viewer_every_span_counted_once_never_drawn(tmp_path: Path) -> None:
     assert exporter.force_flush(10_000) is not None
     exporter.shutdown()
     assert TALLY.summary_line(DROPS) == "rerun: drawn 0 spans; not drawn 4 (sink_unavailable 4)"
+
+
+@pytest.mark.parametrize("in_child", [False, True], ids=["rerun-in-thread", "rerun-in-child"])
+def test_configure_exit_report_says_what_was_drawn(tmp_path: Path, in_child: bool) -> None:
+    from otel_proofscope.pipeline.config import configure
+
+    TALLY.reset()
+    rrd = tmp_path / "cfg.rrd"
+    telemetry = configure(out_dir=tmp_path, rerun=f"file:{rrd}", rerun_process=in_child,
+                          set_global=False, service_name="my-prover")
+    tracer = telemetry.tracer_provider.get_tracer("my_prover")
+    with tracer.start_as_current_span("prove"):
+        for shard in range(3):
+            with tracer.start_as_current_span("prove_shard", attributes={"shard": shard}):
+                pass
+    report = telemetry.shutdown(timeout_s=20)
+    assert "rerun: drawn 4 spans; not drawn 0" in report.lines()
+    labels = [lab for p in readback.read(rrd).paths() if p.startswith(f"/{FLAME}/my-prover/")
+              for lab in _labels(readback.read(rrd), p)]
+    assert sorted(lab.split(" ")[0] for lab in labels) == ["prove"] + ["prove_shard"] * 3
