@@ -351,3 +351,19 @@ def test_configure_exit_report_says_what_was_drawn(tmp_path: Path, in_child: boo
     labels = [lab for p in readback.read(rrd).paths() if p.startswith(f"/{FLAME}/my-prover/")
               for lab in _labels(readback.read(rrd), p)]
     assert sorted(lab.split(" ")[0] for lab in labels) == ["prove"] + ["prove_shard"] * 3
+
+
+def test_duration_series_are_capped_and_the_rest_share_one(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from otel_proofscope.rerun import translate_trace
+
+    monkeypatch.setattr(translate_trace, "MAX_SERIES", 2)
+    tr = TraceTranslator(wait_s=1.0)
+    frame = Frame()
+    issues = tr.translate([_span(f"phase{i}", i + 1, None, T0, T0 + 5, service=f"svc{i}")
+                           for i in range(5)], frame, now=0.0)
+    series = {s.path for s in frame.sends() if s.path.startswith(f"{DURATIONS}/")}
+    assert series == {f"{DURATIONS}/svc0/phase0", f"{DURATIONS}/svc1/phase1",
+                      f"{DURATIONS}/_other/_other"}
+    assert issues.capped == {"trace_duration_series": 3}
+    assert issues.drawn == 5

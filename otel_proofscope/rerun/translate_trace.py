@@ -69,7 +69,8 @@ DEFAULT_WAIT_S = 600.0
 MAX_PENDING = 32768
 #: Placed span ids remembered (for the depth of later children), all traces together.
 MAX_PLACED = 1 << 18
-#: Distinct duration series (service, span name); further names share ``_other``.
+#: Distinct duration series (service, span name); further ones share
+#: ``trace/durations/_other/_other`` (counted as ``trace_duration_series`` size_cap).
 MAX_SERIES = 1024
 #: Attributes shown per span, characters per text row.
 MAX_ATTRS = 24
@@ -511,14 +512,16 @@ class TraceTranslator:
         series = f"{DURATIONS}/{svc}/{part(rec.name)}"
         if series not in self._series:
             if len(self._series) >= MAX_SERIES:
+                # One shared series beyond the cap (per service would be unbounded).
                 issues.cap("trace_duration_series", 1)
-                series = f"{DURATIONS}/{svc}/_other"
+                series = f"{DURATIONS}/_other/_other"
             else:
                 self._series.add(series)
         if series not in self._styled:
             self._styled.add(series)
-            name = rec.name if not series.endswith("/_other") else "other span names"
-            frame.static(series, rr.SeriesLines(names=[_clip(f"{name} ms ({rec.service})")]))
+            title = f"{rec.name} ms ({rec.service})" if not series.endswith("/_other") \
+                else f"other span names, beyond {MAX_SERIES} series (ms)"
+            frame.static(series, rr.SeriesLines(names=[_clip(title)]))
         frame.scalar(series, rec.end, rec.duration / 1e6)
 
     def _emit(self, boxes: dict[str, _Boxes], frame: Frame) -> None:
