@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.trace import SpanContext, SpanKind, TraceFlags
 from opentelemetry.trace.status import Status, StatusCode
@@ -31,7 +31,6 @@ _RECORD_LEN = 12
 #: Records without the trailing service (written before it was added) are read too.
 _RECORD_LENS = (11, 12)
 _EMPTY_RESOURCE = Resource({})
-_SERVICE = "service.name"
 #: Resources seen (by identity: a provider shares one) → service name; rebuilt resources.
 _SERVICES: dict[int, tuple[Any, str]] = {}
 _RESOURCES: dict[str, Resource] = {}
@@ -43,7 +42,7 @@ def _service(resource: Any) -> str:
     if hit is not None and hit[0] is resource:
         return hit[1]
     attrs = getattr(resource, "attributes", None) or {}
-    name = attrs.get(_SERVICE, "")
+    name = attrs.get(SERVICE_NAME, "")
     name = name if isinstance(name, str) else str(name)
     if len(_SERVICES) >= _MAX_CACHED:
         _SERVICES.clear()
@@ -58,7 +57,7 @@ def _resource(service: Any) -> Resource:
     if res is None:
         if len(_RESOURCES) >= _MAX_CACHED:
             _RESOURCES.clear()
-        res = _RESOURCES[service] = Resource({_SERVICE: service})
+        res = _RESOURCES[service] = Resource({SERVICE_NAME: service})
     return res
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 _UNSET = Status(StatusCode.UNSET)

@@ -53,6 +53,7 @@ from typing import Any
 
 import numpy as np
 import rerun as rr
+from opentelemetry.sdk.resources import SERVICE_NAME
 
 from otel_proofscope.rerun.columns import PROOF_TIME, Frame
 from otel_proofscope.semconv import Attr, EventName
@@ -88,8 +89,6 @@ OUTLINE = -1.5
 #: Half a row: the viewer draws a box's label under the box, in the gap to the next row.
 BOX_HALF_HEIGHT = 0.25
 
-#: Resource attribute naming the service (OTel semconv).
-SERVICE_NAME = "service.name"
 #: Set by the mapping rules (semconv.Attr.MAPPING_SOURCE_NAME once that lands).
 SOURCE_NAME: str = getattr(Attr, "MAPPING_SOURCE_NAME", "proofscope.mapping.source_name")
 
