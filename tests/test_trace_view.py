@@ -367,3 +367,50 @@ def test_duration_series_are_capped_and_the_rest_share_one(
                       f"{DURATIONS}/_other/_other"}
     assert issues.capped == {"trace_duration_series": 3}
     assert issues.drawn == 5
+
+
+def _remote_child(span_id: int, parent: int, start: int, end: int) -> ReadableSpan:
+    """The first span of a process that joined a trace begun elsewhere (TRACEPARENT)."""
+    ctx = SpanContext(TRACE, span_id, False, TraceFlags(TraceFlags.SAMPLED))
+    par = SpanContext(TRACE, parent, True, TraceFlags(TraceFlags.SAMPLED))
+    return ReadableSpan(name="prove", context=ctx, parent=par, start_time=start, end_time=end,
+                        resource=Resource({"service.name": "rust-prover"}))
+
+
+def test_a_parent_in_another_process_is_waited_for_briefly() -> None:
+    from otel_proofscope.rerun.translate_trace import REMOTE_WAIT_S
+
+    tr = TraceTranslator(wait_s=600.0)
+    frame = Frame()
+    # a child of the remote-rooted span, and a stray local orphan, arrive first
+    first = tr.translate([_span("prove_shard", 2, 1, T0 + 10, T0 + 20,
+                                service="rust-prover"),
+                          _span("stray", 7, 66, T0, T0 + 1, service="rust-prover")],
+                         frame, now=0.0)
+    assert first.pending == 2
+    second = tr.translate([_remote_child(1, 0xABC, T0, T0 + 30)], frame, now=1.0)
+    assert (second.drawn, second.pending) == (0, 3)  # waits for 0xabc, briefly
+    assert tr.next_expiry(1.0) == pytest.approx(REMOTE_WAIT_S)
+    late = tr.expire(1.0 + REMOTE_WAIT_S, frame)
+    assert (late.drawn, late.orphans, late.pending) == (2, 1, 1)  # the stray still waits
+    flame = next(s for s in frame.sends() if s.path.startswith(f"{FLAME}/"))
+    rows = {lab[0].split(" ")[0]: (lab[0], c[0][1]) for lab, c in zip(
+        next(c for c in flame.columns if "labels" in str(c.component_descriptor()))
+        .as_arrow_array().to_pylist(),
+        next(c for c in flame.columns if "centers" in str(c.component_descriptor()))
+        .as_arrow_array().to_pylist(), strict=True)}
+    label, y_root = rows["prove"]
+    assert f"parent {0xABC:016x} in another process" in label
+    assert rows["prove_shard"][1] - y_root == 1  # its own children nest under it
+
+
+def test_the_remote_parent_flag_crosses_to_the_child_translator() -> None:
+    from otel_proofscope.rerun import span_wire
+
+    data, refused = span_wire.pack_spans([_remote_child(1, 0xABC, T0, T0 + 30),
+                                          _span("local", 2, 1, T0, T0 + 5)])
+    assert refused == []
+    remote, local = span_wire.unpack_spans(data).spans
+    assert remote.parent is not None and remote.parent.is_remote
+    assert local.parent is not None and not local.parent.is_remote
+    assert remote.resource.attributes["service.name"] == "rust-prover"

@@ -9,9 +9,11 @@ can never construct objects or run code, whatever bytes arrive.
 
 A frame is ``marshal.dumps((VERSION, records))``; a record is the tuple
 ``(name, trace_id, span_id, parent_span_id, kind, start, end, status_code,
-status_description, attributes, events, service)`` with ``parent_span_id`` 0 for a root,
-``events`` a tuple of ``(name, timestamp, attributes)`` and ``service`` the resource's
-``service.name`` ("" when it has none; the trace view keeps services apart by it).
+status_description, attributes, events, service, parent_remote)`` with
+``parent_span_id`` 0 for a root, ``events`` a tuple of ``(name, timestamp, attributes)``,
+``service`` the resource's ``service.name`` ("" when it has none; the trace view keeps
+services apart by it) and ``parent_remote`` whether the parent is in another process
+(the trace view waits less for such a parent).
 """
 
 from __future__ import annotations
@@ -27,9 +29,10 @@ from opentelemetry.trace import SpanContext, SpanKind, TraceFlags
 from opentelemetry.trace.status import Status, StatusCode
 
 VERSION = 1
-_RECORD_LEN = 12
-#: Records without the trailing service (written before it was added) are read too.
-_RECORD_LENS = (11, 12)
+_RECORD_LEN = 13
+#: Records without the trailing service / parent_remote (written before they were
+#: added) are read too.
+_RECORD_LENS = (11, 12, 13)
 _EMPTY_RESOURCE = Resource({})
 #: Resources seen (by identity: a provider shares one) → service name; rebuilt resources.
 _SERVICES: dict[int, tuple[Any, str]] = {}
@@ -86,7 +89,7 @@ def _record(s: ReadableSpan) -> tuple[Any, ...]:
             status.status_code.value, status.description,
             _plain(s.attributes),
             tuple((e.name, e.timestamp, _plain(e.attributes)) for e in s.events),
-            _service(s.resource))
+            _service(s.resource), parent is not None and parent.is_remote)
 
 
 def _record_fast(s: Any) -> tuple[Any, ...]:
@@ -104,7 +107,7 @@ def _record_fast(s: Any) -> tuple[Any, ...]:
             status._status_code.value, status._description,
             _plain(s._attributes),
             tuple([(e._name, e._timestamp, _plain(e._attributes)) for e in s._events]),
-            _service(s._resource))
+            _service(s._resource), parent is not None and parent.is_remote)
 
 
 def _probe_fast() -> bool:
@@ -187,10 +190,11 @@ def _span(r: Any) -> ReadableSpan:
     (name, trace_id, span_id, parent_id, kind, start, end, code, description, attributes,
      events) = r[:11]
     service = r[11] if len(r) > 11 else ""
+    remote = len(r) > 12 and r[12] is True
 
     if type(name) is not str or type(attributes) is not dict or type(events) is not tuple:
         raise TypeError("name, attributes or events has the wrong type")
-    parent = SpanContext(trace_id, parent_id, True, _SAMPLED) if parent_id else None
+    parent = SpanContext(trace_id, parent_id, remote, _SAMPLED) if parent_id else None
     if code == 0:
         status = _UNSET
     elif code == 1:

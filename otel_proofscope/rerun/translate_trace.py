@@ -66,6 +66,9 @@ ENV_WAIT = "PROOFSCOPE_TRACE_WAIT_S"
 #: Seconds a span waits for its parent before it is drawn as an orphan: long enough for
 #: a real proof (its spans wait for the root, which ends last).
 DEFAULT_WAIT_S = 600.0
+#: A span whose parent is in another process waits at most this long: that parent
+#: often goes elsewhere (``proofscope run``'s own span, a caller's backend).
+REMOTE_WAIT_S = 10.0
 #: Spans waiting for a parent, all traces together (the oldest is drawn early beyond).
 MAX_PENDING = 32768
 #: Placed span ids remembered (for the depth of later children), all traces together.
@@ -163,6 +166,7 @@ class Rec:
     status_message: str
     attrs: Mapping[str, Any]
     events: Sequence[Any]
+    parent_remote: bool = False  # the parent lives in another process (trace context)
     call: int = 0  # the translate() call it arrived in
 
     @property
@@ -189,6 +193,7 @@ def read_span(span: Any) -> Rec | None:
     parent_id = getattr(parent, "span_id", 0) if parent is not None else 0
     if type(parent_id) is not int or parent_id == span_id:
         parent_id = 0
+    remote = parent_id != 0 and getattr(parent, "is_remote", False) is True
     start = getattr(span, "start_time", None)
     end = getattr(span, "end_time", None)
     start = start if type(start) is int and start > 0 else (end if type(end) is int else 0)
@@ -203,7 +208,7 @@ def read_span(span: Any) -> Rec | None:
     events = getattr(span, "events", None) or ()
     return Rec(trace_id, span_id, parent_id, name,
                service if isinstance(service, str) and service else "unknown_service",
-               start, end, code == "ERROR", str(message), attrs, events)
+               start, end, code == "ERROR", str(message), attrs, events, remote)
 
 
 @dataclass
@@ -271,7 +276,11 @@ class TraceTranslator:
         self._ordinal = 0
         # trace id → parent span id → spans waiting for it (arrival order)
         self._pending: dict[int, dict[int, list[_Pending]]] = {}
-        self._queue: OrderedDict[int, _Pending] = OrderedDict()  # by arrival, oldest first
+        # Waiting spans by arrival (oldest first): a parent in this process's trace, and a
+        # parent in another process (``parent_remote``), which waits less.
+        self._queue: OrderedDict[int, _Pending] = OrderedDict()
+        self._remote: OrderedDict[int, _Pending] = OrderedDict()
+        self.remote_wait_s = min(self.wait_s, REMOTE_WAIT_S)
         self._seq = 0
         self._call = 0
         self._series: set[str] = set()
@@ -281,7 +290,14 @@ class TraceTranslator:
 
     @property
     def pending(self) -> int:
-        return len(self._queue)
+        return len(self._queue) + len(self._remote)
+
+    def _queues(self) -> tuple[tuple[OrderedDict[int, _Pending], float], ...]:
+        return (self._queue, self.wait_s), (self._remote, self.remote_wait_s)
+
+    def _unqueue(self, p: _Pending) -> None:
+        self._queue.pop(p.seq, None)
+        self._remote.pop(p.seq, None)
 
     def translate(self, spans: Sequence[Any], frame: Frame, *, now: float) -> TraceIssues:
         issues = TraceIssues(received=len(spans))
@@ -320,11 +336,12 @@ class TraceTranslator:
         issues = issues if issues is not None else TraceIssues()
         own = boxes is None
         boxes = {} if boxes is None else boxes
-        while self._queue:
-            first = next(iter(self._queue.values()))
-            if now - first.since < self.wait_s:
-                break
-            self._orphan(first, boxes, issues)
+        for queue, wait in self._queues():
+            while queue:
+                first = next(iter(queue.values()))
+                if now - first.since < wait:
+                    break
+                self._orphan(first, boxes, issues)
         if own:
             self._emit(boxes, frame)
             issues.pending = self.pending
@@ -333,9 +350,10 @@ class TraceTranslator:
     def discard_last_call(self) -> int:
         """Forget the spans of the last call that still wait (its frame was not sent and
         its batch is counted lost as a whole); returns how many."""
-        gone = [p for p in self._queue.values() if p.rec.call == self._call]
+        gone = [p for queue, _ in self._queues() for p in queue.values()
+                if p.rec.call == self._call]
         for p in gone:
-            self._queue.pop(p.seq, None)
+            self._unqueue(p)
             by_parent = self._pending.get(p.rec.trace_id, {})
             siblings = by_parent.get(p.rec.parent_id, [])
             if p in siblings:
@@ -352,10 +370,9 @@ class TraceTranslator:
 
     def next_expiry(self, now: float) -> float | None:
         """Seconds until the oldest waiting span expires (None: nothing waits)."""
-        if not self._queue:
-            return None
-        first = next(iter(self._queue.values()))
-        return max(0.0, first.since + self.wait_s - now)
+        due = [next(iter(queue.values())).since + wait - now
+               for queue, wait in self._queues() if queue]
+        return max(0.0, min(due)) if due else None
 
     # ── placement ────────────────────────────────────────────────────────────────────
 
@@ -402,24 +419,25 @@ class TraceTranslator:
             waiting = self._pending.get(r.trace_id, {}).pop(r.span_id, None)
             if waiting:
                 for p in waiting:
-                    self._queue.pop(p.seq, None)
+                    self._unqueue(p)
                     stack.append((p.rec, d + 1, False))
             if r.trace_id in self._pending and not self._pending[r.trace_id]:
                 del self._pending[r.trace_id]
 
     def _wait(self, rec: Rec, now: float, boxes: dict[str, _Boxes],
               issues: TraceIssues) -> None:
-        while len(self._queue) >= self.max_pending:
+        while self.pending >= self.max_pending:
             issues.pending_overflow += 1
-            self._orphan(next(iter(self._queue.values())), boxes, issues)
+            heads = [next(iter(q.values())) for q, _ in self._queues() if q]
+            self._orphan(min(heads, key=lambda h: h.seq), boxes, issues)
         self._seq += 1
         p = _Pending(rec, now, self._seq)
-        self._queue[p.seq] = p
+        (self._remote if rec.parent_remote else self._queue)[p.seq] = p
         self._pending.setdefault(rec.trace_id, {}).setdefault(rec.parent_id, []).append(p)
 
     def _orphan(self, p: _Pending, boxes: dict[str, _Boxes], issues: TraceIssues) -> None:
         rec = p.rec
-        self._queue.pop(p.seq, None)
+        self._unqueue(p)
         by_parent = self._pending.get(rec.trace_id, {})
         siblings = by_parent.get(rec.parent_id, [])
         if p in siblings:
@@ -430,6 +448,11 @@ class TraceTranslator:
         trace = self._traces.get(rec.trace_id)
         if trace is not None and rec.parent_id in trace.depth:
             self._place(rec, trace.depth[rec.parent_id] + 1, False, boxes, issues)
+        elif rec.parent_remote:
+            # The entry point of this process into a trace begun elsewhere (``proofscope
+            # run``'s TRACEPARENT, a caller that exports to another backend): under
+            # wherever its parent would be, one level down from the top.
+            self._place(rec, 1, True, boxes, issues)
         else:
             # Its depth is unknown: the orphan rows, apart from the placed tree.
             self._place(rec, ORPHAN_DEPTH, True, boxes, issues)
@@ -459,11 +482,13 @@ class TraceTranslator:
             # aborts the headless viewer.
             label += " ERROR"
             colour = ERROR_RGBA
-        elif orphan:
+        elif orphan and not rec.parent_remote:
             colour = ORPHAN_RGBA
         else:
             colour = service_colour(rec.service)
-        if orphan:
+        if orphan and rec.parent_remote:
+            label += f" (parent {rec.parent_id:016x} in another process, not received)"
+        elif orphan:
             label += f" (orphan: parent {rec.parent_id:016x} not received)"
         path = f"{FLAME}/{part(rec.service)}/{trace.key}"
         b = boxes.get(path)
