@@ -9,21 +9,18 @@ parent that never comes) and hostile input go through the pure translation.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
-    OTLPSpanExporter as GrpcSpanExporter,
-)
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
     OTLPSpanExporter as HttpSpanExporter,
 )
@@ -53,10 +50,20 @@ from otel_proofscope.rerun.translate_trace import (
 )
 
 PROCESS_TIMEOUT_S = 90
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "foreign_prover.py"
 #: prove, execute, shard_record, prove_shards, 4 × (prove_shard + 3 phases), compress, verify
 SPANS_PER_PROOF = 22
 NAMES = {"prove", "execute", "shard_record", "prove_shards", "prove_shard", "generate_traces",
          "commit_main", "open", "compress", "verify"}
+
+
+def _example() -> Any:
+    """examples/foreign_prover.py as a module (the one definition of the trace's shape)."""
+    spec = importlib.util.spec_from_file_location("foreign_prover", EXAMPLE)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def rust_prover_trace(exporter: SpanExporter, service: str, *, batch: bool) -> int:
@@ -64,28 +71,7 @@ def rust_prover_trace(exporter: SpanExporter, service: str, *, batch: bool) -> i
     tp = TracerProvider(resource=Resource.create({"service.name": service}))
     tp.add_span_processor(BatchSpanProcessor(exporter) if batch
                           else SimpleSpanProcessor(exporter))
-    tracer = tp.get_tracer("sp1_prover")
-    with tracer.start_as_current_span("prove") as root:
-        with tracer.start_as_current_span("execute", attributes={"cycles": 1_234_567}):
-            time.sleep(0.002)
-        with tracer.start_as_current_span("shard_record"):
-            pass
-        with tracer.start_as_current_span("prove_shards"):
-            for shard in range(4):
-                with tracer.start_as_current_span("prove_shard", attributes={
-                        "shard": shard, "cycles": 300_000 + shard}) as s:
-                    for phase in ("generate_traces", "commit_main", "open"):
-                        with tracer.start_as_current_span(phase) as p:
-                            time.sleep(0.001)
-                            if phase == "open" and shard == 2:
-                                p.set_status(Status(StatusCode.ERROR, "opening proof failed"))
-                    if shard == 1:
-                        s.add_event("shard.checkpoint", {"rows": 4096})
-        with tracer.start_as_current_span("compress"):
-            pass
-        with tracer.start_as_current_span("verify"):
-            pass
-        trace_id: int = root.get_span_context().trace_id
+    trace_id: int = _example().prove(tp)
     tp.shutdown()
     return trace_id
 
@@ -139,12 +125,17 @@ def test_foreign_trace_over_grpc_and_http_through_serve(tmp_path: Path) -> None:
     try:
         grpc_endpoint = _read_until(proc, "OTLP/gRPC listening on", lines)
         http_endpoint = _read_until(proc, "OTLP/HTTP listening on", lines)
-        # gRPC: one request per span, children before their parents (another request).
-        via_grpc = rust_prover_trace(GrpcSpanExporter(endpoint=grpc_endpoint, insecure=True,
-                                                      timeout=10), "sp1-prover", batch=False)
-        # HTTP: batched; a second service in the same recording.
+        # gRPC: the example prover, run as a user would (another process, batched).
+        ran = subprocess.run(
+            [sys.executable, str(EXAMPLE)], capture_output=True, text=True, check=True,
+            timeout=PROCESS_TIMEOUT_S,
+            env={**env, "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://{grpc_endpoint}",
+                 "OTEL_EXPORTER_OTLP_INSECURE": "true", "OTEL_SERVICE_NAME": "sp1-prover"})
+        via_grpc = int(ran.stdout.split("of trace ", 1)[1].split()[0], 16)
+        # HTTP: one request per span, children before their parents (another request);
+        # a second service in the same recording.
         via_http = rust_prover_trace(HttpSpanExporter(endpoint=f"{http_endpoint}/v1/traces",
-                                                      timeout=10), "sp1/cluster", batch=True)
+                                                      timeout=10), "sp1/cluster", batch=False)
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=PROCESS_TIMEOUT_S)
     finally:
