@@ -9,12 +9,14 @@ parent that never comes) and hostile input go through the pure translation.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -405,3 +407,42 @@ def test_the_remote_parent_flag_crosses_to_the_child_translator() -> None:
     assert remote.parent is not None and remote.parent.is_remote
     assert local.parent is not None and not local.parent.is_remote
     assert remote.resource.attributes["service.name"] == "rust-prover"
+
+
+def test_a_viewer_that_goes_away_every_span_counted_once() -> None:
+    """Children sent (confirmed, waiting for their parent) while a viewer listens; it goes
+    away; a stray child of another trace and then the parent arrive: each span ends up
+    'not drawn' exactly once, none drawn, none twice."""
+    import socket
+
+    TALLY.reset()
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    port = listener.getsockname()[1]
+    accepted: list[socket.socket] = []
+
+    def accept() -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                accepted.append(listener.accept()[0])
+
+    threading.Thread(target=accept, daemon=True).start()
+    exporter = RerunSpanExporter(f"rerun+http://127.0.0.1:{port}/proxy")
+    assert exporter.sink is not None
+    exporter.sink._probe_interval = 0.2
+    exporter.export([_span("open", 3, 2, T0 + 20, T0 + 30),
+                     _span("prove_shard", 2, 1, T0 + 10, T0 + 40)])
+    exporter.force_flush(3_000)  # probes the viewer: this batch is delivered
+    assert exporter.sink.trace.pending == 2
+    listener.shutdown(socket.SHUT_RDWR)  # wakes the blocked accept(): stops listening
+    listener.close()
+    for conn in accepted:
+        conn.close()
+    time.sleep(0.3)
+    other = TRACE + 1
+    exporter.export([_span("stray", 9, 50, T0, T0 + 1, trace_id=other)])  # lost: probe fails
+    exporter.force_flush(3_000)
+    exporter.export([_span("prove", 1, None, T0, T0 + 100)])  # its children drawn, unsent
+    exporter.shutdown()
+    assert TALLY.summary_line(DROPS) == "rerun: drawn 0 spans; not drawn 4 (sink_unavailable 4)"

@@ -177,7 +177,9 @@ class RerunSink:
         self.spans = SpanTranslator(ProofRegistry(), gaps)
         self.metrics = MetricTranslator(gaps)
         self.trace = TraceTranslator()
-        self._unconfirmed_drawn = (0, 0)
+        # Sent to a viewer, not yet confirmed alive: trace-view counts and translator calls.
+        self._unconfirmed_drawn = TraceIssues()
+        self._unconfirmed_calls: set[int] = set()
         self._gap_overflow = 0
         self._rec: rr.RecordingStream | None = None
         self._available: bool | None = None
@@ -362,6 +364,13 @@ class RerunSink:
         self.stats.orphans += issues.orphans
         TALLY.add(issues.drawn, issues.orphans)
 
+    def _unconfirm(self, issues: TraceIssues) -> None:
+        u = self._unconfirmed_drawn
+        u.drawn += issues.drawn
+        u.orphans += issues.orphans
+        for call, n in issues.drawn_calls.items():
+            u.drawn_calls[call] = u.drawn_calls.get(call, 0) + n
+
     def _trace_tick(self, final: bool) -> None:
         """Draw spans that waited too long for their parent (all of them when final)."""
         frame = Frame()
@@ -375,6 +384,8 @@ class RerunSink:
         else:  # drawn into nothing: the spans are lost to Rerun after all
             self._lose_spans(issues.drawn, 0, DropReason.SINK_UNAVAILABLE)
         self._record_trace(issues, sent)
+        if sent and self.target.kind in ("grpc", "spawn"):
+            self._unconfirm(issues)
 
     def _start(self) -> None:
         if self._thread is not None:
@@ -454,7 +465,8 @@ class RerunSink:
                 # This batch is counted above; spans carried from earlier batches (sent
                 # then, while they waited) are lost now, and this batch's waiting spans
                 # must not be drawn (and counted) later as well.
-                self._lose_spans(trace.carried, 0, DropReason.SINK_UNAVAILABLE)
+                self._lose_spans(trace.drawn_outside({self.trace.last_call}), 0,
+                                 DropReason.SINK_UNAVAILABLE)
                 self.trace.discard_last_call()
                 self._record_trace(trace, sent=False)
             return
@@ -467,8 +479,8 @@ class RerunSink:
         if self.target.kind in ("grpc", "spawn"):
             self._unconfirmed += items
             if trace is not None:
-                d, o = self._unconfirmed_drawn
-                self._unconfirmed_drawn = (d + trace.drawn, o + trace.orphans)
+                self._unconfirm(trace)
+                self._unconfirmed_calls.add(self.trace.last_call)
             self._check_alive()
 
     def _send(self, sends: list[Send]) -> None:
@@ -590,15 +602,20 @@ class RerunSink:
         if now - self._last_probe < self._probe_interval:
             return
         self._last_probe = now
-        drawn, self._unconfirmed_drawn = self._unconfirmed_drawn, (0, 0)
+        drawn, self._unconfirmed_drawn = self._unconfirmed_drawn, TraceIssues()
+        calls, self._unconfirmed_calls = self._unconfirmed_calls, set()
         if probe(self.target.host, self.target.port):
             self._unconfirmed = []
             return
         lost, self._unconfirmed = self._unconfirmed, []
-        # Counted as drawn when sent; delivery is unconfirmed: they are counted lost.
-        self.stats.spans_drawn -= drawn[0]
-        self.stats.orphans -= drawn[1]
-        TALLY.add(-drawn[0], -drawn[1])
+        # Counted as drawn when sent; delivery is unconfirmed: they are counted lost, the
+        # lost batches' own spans with their items below, those carried from earlier
+        # batches here; their spans still waiting must not be drawn again later.
+        self.stats.spans_drawn -= drawn.drawn
+        self.stats.orphans -= drawn.orphans
+        TALLY.add(-drawn.drawn, -drawn.orphans)
+        self._lose_spans(drawn.drawn_outside(calls), 0, DropReason.SINK_UNAVAILABLE)
+        self.trace.discard_calls(calls)
         for item in lost:
             self._lose_item(item, DropReason.SINK_UNAVAILABLE)
         self._unavailable("the viewer stopped accepting connections")

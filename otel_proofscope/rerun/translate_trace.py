@@ -218,7 +218,9 @@ class TraceIssues:
     received: int = 0
     drawn: int = 0  # boxes placed (spans fully drawn)
     orphans: int = 0  # of which drawn without their parent
-    carried: int = 0  # of which arrived in an earlier call (their batch was settled then)
+    #: translate() call the drawn spans arrived in → how many (a span drawn in a later
+    #: call than its own was settled with its batch then: the sink needs to know).
+    drawn_calls: dict[int, int] = field(default_factory=dict)
     pending: int = 0  # waiting for a parent after this call
     invalid: int = 0  # no trace / span id: not drawable
     pending_overflow: int = 0  # drawn as orphans early because the buffer was full
@@ -227,6 +229,10 @@ class TraceIssues:
     def cap(self, what: str, n: int) -> None:
         if n > 0:
             self.capped[what] = self.capped.get(what, 0) + n
+
+    def drawn_outside(self, calls: set[int]) -> int:
+        """Spans drawn here that arrived in none of ``calls``."""
+        return sum(n for call, n in self.drawn_calls.items() if call not in calls)
 
 
 @dataclass
@@ -335,6 +341,8 @@ class TraceTranslator:
         """Draw as orphans the spans that waited ``wait_s`` or longer."""
         issues = issues if issues is not None else TraceIssues()
         own = boxes is None
+        if own:
+            self._call += 1  # a call of its own: what it draws arrived earlier
         boxes = {} if boxes is None else boxes
         for queue, wait in self._queues():
             while queue:
@@ -347,11 +355,19 @@ class TraceTranslator:
             issues.pending = self.pending
         return issues
 
+    @property
+    def last_call(self) -> int:
+        return self._call
+
     def discard_last_call(self) -> int:
         """Forget the spans of the last call that still wait (its frame was not sent and
         its batch is counted lost as a whole); returns how many."""
+        return self.discard_calls({self._call})
+
+    def discard_calls(self, calls: set[int]) -> int:
+        """Forget the waiting spans that arrived in ``calls`` (batches counted lost)."""
         gone = [p for queue, _ in self._queues() for p in queue.values()
-                if p.rec.call == self._call]
+                if p.rec.call in calls]
         for p in gone:
             self._unqueue(p)
             by_parent = self._pending.get(p.rec.trace_id, {})
@@ -415,7 +431,7 @@ class TraceTranslator:
             self._box(r, trace, d, o, boxes)
             issues.drawn += 1
             issues.orphans += o
-            issues.carried += r.call != self._call
+            issues.drawn_calls[r.call] = issues.drawn_calls.get(r.call, 0) + 1
             waiting = self._pending.get(r.trace_id, {}).pop(r.span_id, None)
             if waiting:
                 for p in waiting:
