@@ -36,7 +36,7 @@ from opentelemetry.sdk.trace.export import (
 from opentelemetry.trace import SpanContext, Status, StatusCode, TraceFlags
 
 pytest.importorskip("rerun", reason="rerun-sdk (the [rerun] extra) is not installed")
-from otel_proofscope.pipeline.drops import DROPS
+from otel_proofscope.ledger import DROPS
 from otel_proofscope.rerun import readback
 from otel_proofscope.rerun.columns import Frame
 from otel_proofscope.rerun.exporter import RerunSpanExporter
@@ -328,7 +328,7 @@ def test_no_viewer_every_span_counted_once_never_drawn(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("in_child", [False, True], ids=["rerun-in-thread", "rerun-in-child"])
 def test_configure_exit_report_says_what_was_drawn(tmp_path: Path, in_child: bool) -> None:
-    from otel_proofscope.pipeline.config import configure
+    from otel_proofscope.setup import configure
 
     TALLY.reset()
     rrd = tmp_path / "cfg.rrd"

@@ -153,7 +153,7 @@ def serve(args: argparse.Namespace) -> int:
 
 def accounting_lines(target: str, spans_received: int) -> list[str]:
     """Where every received span went: drawn, or not drawn with a reason; then drops."""
-    from otel_proofscope.pipeline.drops import DROPS
+    from otel_proofscope.ledger import DROPS
     from otel_proofscope.rerun.tally import TALLY
 
     drops = DROPS.summary_lines()

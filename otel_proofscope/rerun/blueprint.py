@@ -1,10 +1,10 @@
-"""The viewer layout, declared once per recording (the seed's arrangement).
+"""The viewer layout, declared once per recording (stwo-ml's Rerun arrangement).
 
 Left (3 : 2 split) the 3D "ZK Proof Walk"; right the claim / progress series above
 "Layer Stats & GPU" and a tab strip with logs, per-layer durations, capability gaps and
 attention heatmaps. Below, across the whole width, the "Trace" strip: every span's
 flame chart (any prover, contract or not; :mod:`otel_proofscope.rerun.translate_trace`)
-next to its span log and per-span-name durations. Filters select by the seed's group
+next to its span log and per-span-name durations. Filters select by the quantity's group
 (``gkr/claim/**``), which is why entity paths put the proof id *after* the group: one
 static blueprint covers any number of proofs.
 """

@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import threading
 
-from otel_proofscope.pipeline.drops import DropLedger
+from otel_proofscope.ledger import DropLedger
 
+#: The ledger's ``proofscope.sink`` label for Rerun (``rerun.sink.LEDGER_SINK``; not
+#: imported from there, which would load the Rerun SDK for a summary line).
 SINK = "rerun"
 
 
