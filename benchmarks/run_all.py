@@ -24,6 +24,8 @@ SUITE: list[tuple[str, list[str], list[str]]] = [
      ["bench_pipeline.py", "--spans", "20000"], ["bench_pipeline.py", "--spans", "3000"]),
     ("Rerun translation + sink vs naive per-entity rr.log",
      ["bench_rerun.py"], ["bench_rerun.py", "--layers", "32", "--repeats", "2"]),
+    ("Trace view: serve CPU per foreign span vs per contract span",
+     ["bench_trace.py"], ["bench_trace.py", "--spans", "2048", "--repeats", "2"]),
     ("GPU sampler and dispatch accounting",
      ["bench_gpu.py"], ["bench_gpu.py", "--seconds", "1"]),
     ("Demo overhead: telemetry off vs full",

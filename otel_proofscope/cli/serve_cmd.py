@@ -104,7 +104,6 @@ def _exporters(target: str) -> tuple[list[Any], list[Any]]:
 def serve(args: argparse.Namespace) -> int:
     from otel_proofscope.integrations.otlp_receiver.core import SENDER_DROPPED
     from otel_proofscope.integrations.otlp_receiver.server import OtlpReceiver
-    from otel_proofscope.ledger import DROPS
 
     token = args.token or os.environ.get(TOKEN_ENV) or None
     if args.grpc_port is None and args.http_port is None:
@@ -172,7 +171,21 @@ def serve(args: argparse.Namespace) -> int:
         or "none declared"), flush=True)
     if mapper is not None:
         print(summary(mapper), flush=True)
-    for line in DROPS.summary_lines():
+    for line in accounting_lines(target, stats.get("spans_accepted", 0)):
         print(line, flush=True)
     return 0
 
+
+def accounting_lines(target: str, spans_received: int) -> list[str]:
+    """Where every received span went: drawn, or not drawn with a reason; then drops."""
+    from otel_proofscope.ledger import DROPS
+    from otel_proofscope.rerun.tally import TALLY
+
+    drops = DROPS.summary_lines()
+    if target.lower() == "off":
+        return [f"rerun: off; {spans_received} span(s) received and not drawn", *drops]
+    line = TALLY.summary_line(DROPS)
+    if spans_received and not TALLY.drawn and not DROPS.total():
+        # Nothing drawn and nothing counted: do not claim that nothing was lost.
+        return [line, "dropped: unknown (spans were received but none was drawn or counted)"]
+    return [line, *drops]

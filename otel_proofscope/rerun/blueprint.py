@@ -2,9 +2,11 @@
 
 Left (3 : 2 split) the 3D "ZK Proof Walk"; right the claim / progress series above
 "Layer Stats & GPU" and a tab strip with logs, per-layer durations, capability gaps and
-attention heatmaps. Filters select by the quantity's group (``gkr/claim/**``), which is why
-entity paths put the proof id *after* the group: one static blueprint covers any number
-of proofs.
+attention heatmaps. Below, across the whole width, the "Trace" strip: every span's
+flame chart (any prover, contract or not; :mod:`otel_proofscope.rerun.translate_trace`)
+next to its span log and per-span-name durations. Filters select by the quantity's group
+(``gkr/claim/**``), which is why entity paths put the proof id *after* the group: one
+static blueprint covers any number of proofs.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import rerun.blueprint as rrb
 
 from otel_proofscope.rerun.columns import LAYER, PROOF_TIME, SUMCHECK_ROUND
 from otel_proofscope.rerun.translate import ACCUMULATING
+from otel_proofscope.rerun.translate_trace import DURATIONS, FLAME, LOGS
 
 
 def accumulate() -> rrb.VisibleTimeRanges:
@@ -47,11 +50,23 @@ def build() -> rrb.Blueprint:
         rrb.TensorView(name="Attention", origin="/inference"),
         name="Details",
     )
+    # One box per span at its start time; accumulated, the flame chart grows as the
+    # time cursor advances and is complete at the end of the timeline.
+    flame = rrb.Spatial2DView(name="Trace", origin=f"/{FLAME}", time_ranges=accumulate())
+    trace_tabs = rrb.Tabs(
+        rrb.TextLogView(name="Span log", origin=f"/{LOGS}"),
+        rrb.TimeSeriesView(name="Span durations (ms)", origin=f"/{DURATIONS}"),
+        name="Trace details",
+    )
     return rrb.Blueprint(
-        rrb.Horizontal(
-            walk,
-            rrb.Vertical(claim, stats, tabs, row_shares=[2, 2, 2]),
-            column_shares=[3, 2],
+        rrb.Vertical(
+            rrb.Horizontal(
+                walk,
+                rrb.Vertical(claim, stats, tabs, row_shares=[2, 2, 2]),
+                column_shares=[3, 2],
+            ),
+            rrb.Horizontal(flame, trace_tabs, column_shares=[3, 2]),
+            row_shares=[3, 2],
         ),
         rrb.TimePanel(timeline=PROOF_TIME),
         collapse_panels=True,

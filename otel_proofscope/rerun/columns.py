@@ -517,6 +517,10 @@ class Frame:
     def static(self, path: str, archetype: Any) -> None:
         self._static.append(Send(path, static=archetype))
 
+    def columns(self, path: str, indexes: list[Any], columns: list[Any], rows: int) -> None:
+        """Ready ``send_columns`` input (a translator that builds its own columns)."""
+        self._static.append(Send(path, indexes, columns, rows=rows))
+
     def __len__(self) -> int:
         return len(self._rows) + len(self._static)
 

@@ -53,6 +53,7 @@ from otel_proofscope.rerun.exporter import (
 from otel_proofscope.rerun.shared import SharedByTarget
 from otel_proofscope.rerun.sink import LEDGER_SINK, Target, parse_target
 from otel_proofscope.rerun.span_wire import pack_spans
+from otel_proofscope.rerun.tally import TALLY
 from otel_proofscope.semconv import DropReason
 
 _log = logging.getLogger(__name__)
@@ -144,6 +145,7 @@ class RerunWorker:
         self._queued_bytes = 0
         self._sent = Counts()  # fully written to the pipe
         self._settled = Counts()  # as of the child's latest report
+        self._drawn = (0, 0)  # spans the child drew (and of those orphans), as reported
         self._applied: dict[tuple[str, str, str], int] = {}  # child losses already recorded
         self._flushes: dict[int, tuple[threading.Event, list[bool]]] = {}
         self._next_flush = 0
@@ -320,6 +322,10 @@ class RerunWorker:
                     news.append((key, delta))
             self._settled = settled
             self._final = self._final or bool(report.get("final"))
+            # The child's running count of spans drawn in the trace view (cumulative).
+            drawn = [int(v) for v in report.get("drawn", (0, 0))][:2]
+            last, self._drawn = self._drawn, (drawn[0], drawn[1])
+            TALLY.add(drawn[0] - last[0], drawn[1] - last[1])
             waiter = self._flushes.get(report.get("flush") or -1)
         for (signal, sink, reason), n in news:
             self._ledger.record(signal, sink, reason, n)

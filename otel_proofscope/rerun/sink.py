@@ -48,8 +48,10 @@ from otel_proofscope.rerun import blueprint
 from otel_proofscope.rerun.columns import Frame, Send
 from otel_proofscope.rerun.model import GapTable, ProofRegistry
 from otel_proofscope.rerun.shared import SharedByTarget
+from otel_proofscope.rerun.tally import TALLY
 from otel_proofscope.rerun.translate import Issues, SpanTranslator
 from otel_proofscope.rerun.translate_metrics import MetricIssues, MetricTranslator
+from otel_proofscope.rerun.translate_trace import TraceIssues, TraceTranslator
 from otel_proofscope.semconv import DISPLAY_CAPS, SINK_RERUN, DropReason
 
 _log = logging.getLogger(__name__)
@@ -61,6 +63,11 @@ APP_ID = "otel_proofscope"
 #: The ``proofscope.sink`` label of Rerun's entries in the drop ledger (not a RerunSink).
 LEDGER_SINK = SINK_RERUN
 SINK = LEDGER_SINK  # the old name
+#: Signal under which contract spans the 3D walk could not use are counted (the trace
+#: view still draws them; what it cannot draw is counted under ``spans``).
+WALK_SIGNAL = "proof_walk_spans"
+#: Signal for spans whose parent link was given up early (pending buffer full).
+PARENT_SIGNAL = "span_parents"
 #: Items (spans or metric points) queued before new ones are dropped and counted.
 DEFAULT_QUEUE = 8192
 #: Spans translated together (one frame, one send per entity).
@@ -147,7 +154,8 @@ class SinkStats:
     batches: int = 0
     rerun_calls: int = 0
     rows: int = 0
-    foreign_skipped: int = 0
+    spans_drawn: int = 0  # in the trace view (every span, contract or not)
+    orphans: int = 0  # of which drawn without their parent (never received)
     coerced: int = 0
     translate_errors: list[str] = field(default_factory=list)
 
@@ -187,6 +195,10 @@ class RerunSink:
         gaps = GapTable()
         self.spans = SpanTranslator(ProofRegistry(), gaps)
         self.metrics = MetricTranslator(gaps)
+        self.trace = TraceTranslator()
+        # Sent to a viewer, not yet confirmed alive: trace-view counts and translator calls.
+        self._unconfirmed_drawn = TraceIssues()
+        self._unconfirmed_calls: set[int] = set()
         self._gap_overflow = 0
         self._rec: rr.RecordingStream | None = None
         self._available: bool | None = None
@@ -336,11 +348,11 @@ class RerunSink:
     def _record_issues(self, issues: Issues | MetricIssues) -> None:
         r = self._ledger.record
         if isinstance(issues, Issues):
-            r("spans", LEDGER_SINK, DropReason.INVALID, issues.malformed_spans)
+            # Still drawn in the trace view (or counted there): a loss of the walk only.
+            r(WALK_SIGNAL, LEDGER_SINK, DropReason.INVALID, issues.malformed_spans)
             r("span_events", LEDGER_SINK, DropReason.INVALID,
               issues.invalid_events + issues.rejected_heatmaps)
             self.stats.spans_translated += issues.spans + issues.foreign_drawn
-            self.stats.foreign_skipped += issues.foreign_skipped
             self.stats.coerced += issues.coerced
             if issues.errors:
                 self.stats.translate_errors = (self.stats.translate_errors + issues.errors)[-10:]
@@ -361,6 +373,41 @@ class RerunSink:
 
     # ── sender thread ────────────────────────────────────────────────────────────────
 
+    def _record_trace(self, issues: TraceIssues, sent: bool) -> None:
+        r = self._ledger.record
+        r("spans", LEDGER_SINK, DropReason.INVALID, issues.invalid)
+        r(PARENT_SIGNAL, LEDGER_SINK, DropReason.SIZE_CAP, issues.pending_overflow)
+        for what, n in issues.capped.items():
+            r(what, LEDGER_SINK, DropReason.SIZE_CAP, n)
+        if not sent:
+            return
+        self.stats.spans_drawn += issues.drawn
+        self.stats.orphans += issues.orphans
+        TALLY.add(issues.drawn, issues.orphans)
+
+    def _unconfirm(self, issues: TraceIssues) -> None:
+        u = self._unconfirmed_drawn
+        u.drawn += issues.drawn
+        u.orphans += issues.orphans
+        for call, n in issues.drawn_calls.items():
+            u.drawn_calls[call] = u.drawn_calls.get(call, 0) + n
+
+    def _trace_tick(self, final: bool) -> None:
+        """Draw spans that waited too long for their parent (all of them when final)."""
+        frame = Frame()
+        issues = self.trace.drain(frame) if final else self.trace.expire(time.monotonic(),
+                                                                           frame)
+        if not issues.drawn:
+            return
+        sent = self._available is True and not self._abandoned and self._rec is not None
+        if sent:
+            self._send(frame.sends())
+        else:  # drawn into nothing: the spans are lost to Rerun after all
+            self._lose_spans(issues.drawn, 0, DropReason.SINK_UNAVAILABLE)
+        self._record_trace(issues, sent)
+        if sent and self.target.kind in ("grpc", "spawn"):
+            self._unconfirm(issues)
+
     def _start(self) -> None:
         if self._thread is not None:
             return
@@ -373,21 +420,35 @@ class RerunSink:
     def _run(self) -> None:
         while True:
             with self._cond:
+                tick = False
                 while not self._queue:
-                    self._cond.wait()
-                first = self._queue.popleft()
-                items = [first]
-                if first.kind == "spans":  # coalesce queued span batches into one frame
-                    n = first.n
-                    while self._queue and self._queue[0].kind == "spans" and n < MAX_BATCH \
-                            and self._queue[0].witness == first.witness:
-                        nxt = self._queue.popleft()
-                        items.append(nxt)
-                        n += nxt.n
-                self._queued -= sum(i.n for i in items)
-                self._in_flight = items
+                    # Wake when a span waiting for its parent is due to be drawn.
+                    due = self.trace.next_expiry(time.monotonic())
+                    if not self._cond.wait(due) and due is not None and not self._queue:
+                        tick = True
+                        break
+                if not tick:
+                    first = self._queue.popleft()
+                    items = [first]
+                    if first.kind == "spans":  # coalesce queued span batches into one frame
+                        n = first.n
+                        while self._queue and self._queue[0].kind == "spans" \
+                                and n < MAX_BATCH and self._queue[0].witness == first.witness:
+                            nxt = self._queue.popleft()
+                            items.append(nxt)
+                            n += nxt.n
+                    self._queued -= sum(i.n for i in items)
+                    self._in_flight = items
+            if tick:
+                try:
+                    self._trace_tick(final=False)
+                except Exception as exc:  # the sender must survive anything
+                    _log.warning("rerun: trace view error: %r", exc)
+                continue
             try:
                 if first.kind == "stop":
+                    with contextlib.suppress(Exception):
+                        self._trace_tick(final=True)  # orphans: drawn, not lost
                     self._disconnect(first.payload)
                     return
                 if first.kind == "flush":
@@ -411,20 +472,36 @@ class RerunSink:
             self.stats.spans_received += len(spans)
             issues: Issues | MetricIssues = self.spans.translate(spans, frame,
                                                                  witness=items[0].witness)
+            trace: TraceIssues | None = self.trace.translate(spans, frame,
+                                                             now=time.monotonic())
         else:
             self.stats.metric_points_received += items[0].n
             issues = self.metrics.translate(items[0].payload, frame)
+            trace = None
         self._record_issues(issues)
         if not self._ensure_open():
             for item in items:
                 self._lose_item(item, DropReason.SINK_UNAVAILABLE)
+            if trace is not None:
+                # This batch is counted above; spans carried from earlier batches (sent
+                # then, while they waited) are lost now, and this batch's waiting spans
+                # must not be drawn (and counted) later as well.
+                self._lose_spans(trace.drawn_outside({self.trace.last_call}), 0,
+                                 DropReason.SINK_UNAVAILABLE)
+                self.trace.discard_last_call()
+                self._record_trace(trace, sent=False)
             return
         if self._abandoned:
             return  # close() gave up on us and counted these
         self._send(frame.sends())
         self.stats.batches += 1
+        if trace is not None:
+            self._record_trace(trace, sent=True)
         if self.target.kind in ("grpc", "spawn"):
             self._unconfirmed += items
+            if trace is not None:
+                self._unconfirm(trace)
+                self._unconfirmed_calls.add(self.trace.last_call)
             self._check_alive()
 
     def _send(self, sends: list[Send]) -> None:
@@ -549,10 +626,20 @@ class RerunSink:
         if now - self._last_probe < self._probe_interval:
             return
         self._last_probe = now
+        drawn, self._unconfirmed_drawn = self._unconfirmed_drawn, TraceIssues()
+        calls, self._unconfirmed_calls = self._unconfirmed_calls, set()
         if probe(self.target.host, self.target.port):
             self._unconfirmed = []
             return
         lost, self._unconfirmed = self._unconfirmed, []
+        # Counted as drawn when sent; delivery is unconfirmed: they are counted lost, the
+        # lost batches' own spans with their items below, those carried from earlier
+        # batches here; their spans still waiting must not be drawn again later.
+        self.stats.spans_drawn -= drawn.drawn
+        self.stats.orphans -= drawn.orphans
+        TALLY.add(-drawn.drawn, -drawn.orphans)
+        self._lose_spans(drawn.drawn_outside(calls), 0, DropReason.SINK_UNAVAILABLE)
+        self.trace.discard_calls(calls)
         for item in lost:
             self._lose_item(item, DropReason.SINK_UNAVAILABLE)
         self._unavailable("the viewer stopped accepting connections")

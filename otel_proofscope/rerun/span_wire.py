@@ -9,8 +9,11 @@ can never construct objects or run code, whatever bytes arrive.
 
 A frame is ``marshal.dumps((VERSION, records))``; a record is the tuple
 ``(name, trace_id, span_id, parent_span_id, kind, start, end, status_code,
-status_description, attributes, events)`` with ``parent_span_id`` 0 for a root and
-``events`` a tuple of ``(name, timestamp, attributes)``.
+status_description, attributes, events, service, parent_remote)`` with
+``parent_span_id`` 0 for a root, ``events`` a tuple of ``(name, timestamp, attributes)``,
+``service`` the resource's ``service.name`` ("" when it has none; the trace view keeps
+services apart by it) and ``parent_remote`` whether the parent is in another process
+(the trace view waits less for such a parent).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.trace import SpanContext, SpanKind, TraceFlags
 from opentelemetry.trace.status import Status, StatusCode
@@ -33,8 +36,39 @@ from otel_proofscope.otlp.sdk_fields import (
 )
 
 VERSION = 1
-_RECORD_LEN = 11
+_RECORD_LEN = 13
+#: Records without the trailing service / parent_remote (written before they were
+#: added) are read too.
+_RECORD_LENS = (11, 12, 13)
 _EMPTY_RESOURCE = Resource({})
+#: Resources seen (by identity: a provider shares one) → service name; rebuilt resources.
+_SERVICES: dict[int, tuple[Any, str]] = {}
+_RESOURCES: dict[str, Resource] = {}
+_MAX_CACHED = 256
+
+
+def _service(resource: Any) -> str:
+    hit = _SERVICES.get(id(resource))
+    if hit is not None and hit[0] is resource:
+        return hit[1]
+    attrs = getattr(resource, "attributes", None) or {}
+    name = attrs.get(SERVICE_NAME, "")
+    name = name if isinstance(name, str) else str(name)
+    if len(_SERVICES) >= _MAX_CACHED:
+        _SERVICES.clear()
+    _SERVICES[id(resource)] = (resource, name)
+    return name
+
+
+def _resource(service: Any) -> Resource:
+    if not service or type(service) is not str:
+        return _EMPTY_RESOURCE
+    res = _RESOURCES.get(service)
+    if res is None:
+        if len(_RESOURCES) >= _MAX_CACHED:
+            _RESOURCES.clear()
+        res = _RESOURCES[service] = Resource({SERVICE_NAME: service})
+    return res
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 _UNSET = Status(StatusCode.UNSET)
 _OK = Status(StatusCode.OK)
@@ -66,7 +100,8 @@ def _record(s: ReadableSpan) -> tuple[Any, ...]:
             s.kind.value, s.start_time or 0, s.end_time or 0,
             status.status_code.value, status.description,
             _plain(s.attributes),
-            tuple((e.name, e.timestamp, _plain(e.attributes)) for e in s.events))
+            tuple((e.name, e.timestamp, _plain(e.attributes)) for e in s.events),
+            _service(s.resource), parent is not None and parent.is_remote)
 
 
 def _record_fast(s: ReadableSpan) -> tuple[Any, ...]:
@@ -81,7 +116,8 @@ def _record_fast(s: ReadableSpan) -> tuple[Any, ...]:
             status.status_code.value, status.description,
             attrs if type(attrs) is dict else _plain(attrs),
             tuple([(n, t, a if type(a) is dict else _plain(a))
-                   for n, t, a, _ in events_fields(events)]))
+                   for n, t, a, _ in events_fields(events)]),
+            _service(s.resource), parent is not None and parent.is_remote)
 
 
 def pack_spans(spans: Sequence[ReadableSpan]) -> tuple[bytes, list[ReadableSpan]]:
@@ -130,7 +166,7 @@ def unpack_spans(data: bytes) -> Unpacked:
             out.spans.append(_span(record))
         except (TypeError, ValueError, IndexError) as exc:
             out.rejected_spans += 1
-            if isinstance(record, tuple) and len(record) == _RECORD_LEN \
+            if isinstance(record, tuple) and len(record) in _RECORD_LENS \
                     and isinstance(record[10], tuple):
                 out.rejected_events += len(record[10])
             if not out.first_error:
@@ -139,13 +175,16 @@ def unpack_spans(data: bytes) -> Unpacked:
 
 
 def _span(r: Any) -> ReadableSpan:
-    if type(r) is not tuple or len(r) != _RECORD_LEN:
+    if type(r) is not tuple or len(r) not in _RECORD_LENS:
         raise ValueError(f"expected a {_RECORD_LEN}-tuple, got {type(r).__name__}")
     (name, trace_id, span_id, parent_id, kind, start, end, code, description, attributes,
-     events) = r
+     events) = r[:11]
+    service = r[11] if len(r) > 11 else ""
+    remote = len(r) > 12 and r[12] is True
+
     if type(name) is not str or type(attributes) is not dict or type(events) is not tuple:
         raise TypeError("name, attributes or events has the wrong type")
-    parent = SpanContext(trace_id, parent_id, True, _SAMPLED) if parent_id else None
+    parent = SpanContext(trace_id, parent_id, remote, _SAMPLED) if parent_id else None
     if code == 0:
         status = _UNSET
     elif code == 1:
@@ -153,7 +192,7 @@ def _span(r: Any) -> ReadableSpan:
     else:
         status = Status(StatusCode(code), description)
     return ReadableSpan(
-        name, SpanContext(trace_id, span_id, False, _SAMPLED), parent, _EMPTY_RESOURCE,
+        name, SpanContext(trace_id, span_id, False, _SAMPLED), parent, _resource(service),
         attributes, tuple(_event(e) for e in events), (), SpanKind(kind), None, status,
         start, end)
 

@@ -104,7 +104,7 @@ class Issues:
     spans: int = 0  # translated
     malformed_spans: int = 0  # ours but unusable: skipped
     foreign_drawn: int = 0  # not ours, drawn as a log line of their proof
-    foreign_skipped: int = 0  # not ours and in no known proof
+    foreign_unattached: int = 0  # not ours, in no known proof: in the trace view only
     invalid_events: int = 0  # unusable events: skipped
     rejected_heatmaps: int = 0  # wrong shape: skipped
     coerced: int = 0  # bad optional values ignored, unknown kinds drawn as Unknown
@@ -257,7 +257,7 @@ class SpanTranslator:
             ctx = getattr(span, "context", None)
             trace_id = ctx.trace_id if ctx is not None else 0
             if not trace_id or not self.proofs.known(trace_id):
-                issues.foreign_skipped += 1
+                issues.foreign_unattached += 1
                 continue
             model = self.proofs.get(trace_id)
             try:

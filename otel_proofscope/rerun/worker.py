@@ -150,8 +150,9 @@ class Worker:
 
     def report(self, *, flush: int | None = None, ok: bool = True, final: bool = False) -> None:
         drops = [[k.signal, k.sink, k.reason, n] for k, n in self.ledger.snapshot().items()]
+        stats = self.sink.stats
         line = {"settled": self.received.as_dict(), "drops": drops, "flush": flush, "ok": ok,
-                "final": final}
+                "final": final, "drawn": [stats.spans_drawn, stats.orphans]}
         try:
             self._report.write(json.dumps(line).encode() + b"\n")
             self._report.flush()

@@ -35,6 +35,8 @@ class ShutdownReport:
     rejected: int
     witness_events_withheld: int
     timed_out: bool
+    #: "rerun: drawn N spans; not drawn M (…)" when a Rerun route is configured.
+    trace_line: str = ""
 
     def lines(self) -> list[str]:
         out = []
@@ -44,6 +46,8 @@ class ShutdownReport:
         for sink, n in sorted(self.metric_points_exported.items()):
             if sink not in self.spans_exported:
                 out.append(f"exported to {sink}: {n} metric points")
+        if self.trace_line:
+            out.append(self.trace_line)
         out += self.drop_lines
         if self.rejected:
             out.append(f"rejected bad input: {self.rejected} (see proofscope.rejected)")
@@ -159,4 +163,12 @@ class Telemetry:
             rejected=self.rejections.total(),
             witness_events_withheld=sum(f.withheld_events for f in self.witness_filters),
             timed_out=timed_out,
+            trace_line=self._trace_line(),
         )
+
+    def _trace_line(self) -> str:
+        if not any(p.sink == "rerun" for p in self.span_processors):
+            return ""
+        from otel_proofscope.rerun.tally import TALLY
+
+        return TALLY.summary_line(self.ledger)

@@ -1,0 +1,62 @@
+"""How many received spans Rerun drew, next to the ones it did not (one summary line).
+
+Every span handed to a Rerun sink ends in exactly one place: drawn in the trace view
+(counted here, once the frame holding it was sent) or lost for a reason (counted in
+the drop ledger under signal ``spans``, sink ``rerun``). The summary line puts both
+together, so a run that drew nothing can never read as "nothing dropped"::
+
+    rerun: drawn 14 spans (2 as orphans); not drawn 0
+    rerun: drawn 0 spans; not drawn 14 (sink_unavailable 14)
+
+A child-process translator reports its own counts to the parent (``process.py``),
+which adds them here.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from otel_proofscope.ledger import DropLedger
+
+#: The ledger's ``proofscope.sink`` label for Rerun (``rerun.sink.LEDGER_SINK``; not
+#: imported from there, which would load the Rerun SDK for a summary line).
+SINK = "rerun"
+
+
+class DrawTally:
+    """Thread-safe running counts of spans drawn (and of those drawn as orphans)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.drawn = 0
+        self.orphans = 0
+
+    def add(self, drawn: int, orphans: int = 0) -> None:
+        if drawn or orphans:
+            with self._lock:
+                self.drawn += drawn
+                self.orphans += orphans
+
+    def reset(self) -> None:
+        with self._lock:
+            self.drawn = self.orphans = 0
+
+    def summary_line(self, ledger: DropLedger) -> str:
+        """``drawn N spans; not drawn M (reason n, …)`` for the sink ``rerun``."""
+        with self._lock:
+            drawn, orphans = self.drawn, self.orphans
+        lost: dict[str, int] = {}
+        for key, n in ledger.snapshot().items():
+            if key.signal == "spans" and key.sink == SINK:
+                lost[key.reason] = lost.get(key.reason, 0) + n
+        line = f"rerun: drawn {drawn} span{'s' if drawn != 1 else ''}"
+        if orphans:
+            line += f" ({orphans} as orphans: parent never received)"
+        line += f"; not drawn {sum(lost.values())}"
+        if lost:
+            line += " (" + ", ".join(f"{r} {n}" for r, n in sorted(lost.items())) + ")"
+        return line
+
+
+#: The process-wide tally (the counterpart of ``DROPS``).
+TALLY = DrawTally()

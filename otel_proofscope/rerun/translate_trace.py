@@ -1,0 +1,581 @@
+"""Every finished span → a trace view in Rerun (no I/O).
+
+The proof walk (:mod:`otel_proofscope.rerun.translate`) draws only spans that speak the
+``proof.*`` contract. A prover that emits its own span names (SP1's ``prove_shard``, a
+``tracing-opentelemetry`` layer, EZKL under ``opentelemetry-instrument``) would
+otherwise see nothing. This view draws *every* span, contract or not::
+
+    trace/flame/{service}/{trace}       Boxes2D, one box per span at its start time:
+                                        x = time since the trace's root started, scaled
+                                        so the root is FLAME_WIDTH wide; y = the trace's
+                                        lane + depth under its root
+    trace/logs/{service}/{trace}        TextLog: one row per span end (duration, status,
+                                        attributes), one per span event, at their times
+    trace/durations/{service}/{name}    Scalars: the duration (ms) of every span of that
+                                        name, so a phase repeated N times is a plot
+
+``{service}`` is the resource's ``service.name`` and ``{name}`` the span name, both
+escaped as entity-path parts; ``{trace}`` is the first 8 hex digits of the trace id
+(16 when two traces share 8). Spans of several services in one trace keep their own
+entities (and colours) while sharing the trace's lane.
+
+A flame chart per trace: Rerun's 2D view keeps one scale for x and y, and traces last
+from microseconds to hours, so each trace is scaled to its root's duration (the box
+labels carry the real durations, the ``proof_time`` timeline the real times) and gets
+its own lane below the previous trace. Boxes too narrow for their label show it on
+hover only.
+
+Arrival order: a span's depth is known only once its parent is placed, and exporters
+send children before their parents (a child ends first). A span whose parent has not
+arrived waits (bounded: :data:`MAX_PENDING` spans, :data:`DEFAULT_WAIT_S`) and is placed
+with its parent. Since a root ends last, a trace's flame chart is complete when its
+root arrives, as in Jaeger; its log rows and duration points are not held back, they
+are emitted on arrival (the live part of the view). A span that waited longer (a proof
+that never finished, a parent exported elsewhere), or is still waiting at shutdown, is
+drawn as an *orphan*: grey, labelled so, in the orphan rows at the bottom of its trace's
+lane (:data:`ORPHAN_DEPTH`), where it cannot be mistaken for a child of the spans
+above. When the pending buffer is full, the oldest waiting span is drawn as an orphan at
+once and counted (:attr:`TraceIssues.pending_overflow`).
+
+A span that the rules of :mod:`otel_proofscope.mapping` renamed carries its original
+name in ``proofscope.mapping.source_name``; its box reads ``source → contract``.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import zlib
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import rerun as rr
+from opentelemetry.sdk.resources import SERVICE_NAME
+
+from otel_proofscope.rerun.columns import PROOF_TIME, Frame
+from otel_proofscope.semconv import Attr, EventName
+
+FLAME = "trace/flame"
+LOGS = "trace/logs"
+DURATIONS = "trace/durations"
+
+ENV_WAIT = "PROOFSCOPE_TRACE_WAIT_S"
+#: Seconds a span waits for its parent before it is drawn as an orphan: long enough for
+#: a real proof (its spans wait for the root, which ends last).
+DEFAULT_WAIT_S = 600.0
+#: A span whose parent is in another process waits at most this long: that parent
+#: often goes elsewhere (``proofscope run``'s own span, a caller's backend).
+REMOTE_WAIT_S = 10.0
+#: Spans waiting for a parent, all traces together (the oldest is drawn early beyond).
+MAX_PENDING = 32768
+#: Placed span ids remembered (for the depth of later children), all traces together.
+MAX_PLACED = 1 << 18
+#: Distinct duration series (service, span name); further ones share
+#: ``trace/durations/_other/_other`` (counted as ``trace_duration_series`` size_cap).
+MAX_SERIES = 1024
+#: Attributes shown per span, characters per text row.
+MAX_ATTRS = 24
+MAX_TEXT = 500
+#: Width of a trace's root box, in the units of one depth level.
+FLAME_WIDTH = 24.0
+#: A label is drawn on boxes at least this wide (the rest on hover).
+MIN_LABELLED_WIDTH = 2.0
+#: Vertical room of one trace (deeper spans overlap the next lane).
+LANE_HEIGHT = 12
+#: Depth at which orphans are drawn in their lane (below any tree of usual depth).
+ORPHAN_DEPTH = 8
+#: Outline width of the boxes, in UI points (a negative radius in Rerun).
+OUTLINE = -1.5
+#: Half a row: the viewer draws a box's label under the box, in the gap to the next row.
+BOX_HALF_HEIGHT = 0.25
+
+#: Set by the mapping rules (semconv.Attr.MAPPING_SOURCE_NAME once that lands).
+SOURCE_NAME: str = getattr(Attr, "MAPPING_SOURCE_NAME", "proofscope.mapping.source_name")
+
+_LEVELS = {"TRACE": "TRACE", "DEBUG": "DEBUG", "INFO": "INFO", "WARN": "WARN",
+           "WARNING": "WARN", "ERROR": "ERROR", "CRITICAL": "CRITICAL"}
+
+ERROR_RGBA = 0xE53935FF
+ORPHAN_RGBA = 0x9E9E9EFF
+#: Service colours (no red: red marks ERROR spans).
+PALETTE = (0x429BF5FF, 0x4CC671FF, 0xF5A542FF, 0xA855D4FF, 0x38B2ACFF, 0xF5D042FF,
+           0xEC6EADFF, 0x8080FFFF, 0xFF8C00FF, 0x7CB342FF)
+
+
+def service_colour(service: str) -> int:
+    return PALETTE[zlib.crc32(service.encode("utf-8", "replace")) % len(PALETTE)]
+
+
+def part(text: str) -> str:
+    """One entity-path part from telemetry text (escaped; never empty)."""
+    return rr.escape_entity_path_part(text) if text else "_"
+
+
+def wait_s_from_env() -> float:
+    try:
+        value = float(os.environ.get(ENV_WAIT, "") or DEFAULT_WAIT_S)
+    except ValueError:
+        return DEFAULT_WAIT_S
+    return value if math.isfinite(value) and value >= 0 else DEFAULT_WAIT_S
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= MAX_TEXT else text[:MAX_TEXT] + "…"
+
+
+def _value(v: object) -> str:
+    if isinstance(v, tuple | list):
+        items = ",".join(str(x) for x in v[:8])
+        return f"[{items}{',…' if len(v) > 8 else ''}]"
+    s = str(v)
+    return s if len(s) <= 80 else s[:77] + "…"
+
+
+def format_attrs(attrs: Mapping[str, Any]) -> str:
+    """``k=v`` pairs, sorted, capped (what a reader needs to tell spans apart)."""
+    if not attrs:
+        return ""
+    keys = sorted(str(k) for k in attrs)
+    shown = [f"{k}={_value(attrs[k])}" for k in keys[:MAX_ATTRS]]
+    more = len(keys) - MAX_ATTRS
+    return " ".join(shown) + (f" (+{more} more)" if more > 0 else "")
+
+
+def format_ms(ns: int) -> str:
+    ms = ns / 1e6
+    if ms >= 1000:
+        return f"{ms / 1000:.2f} s"
+    return f"{ms:.2f} ms" if ms < 10 else f"{ms:.1f} ms"
+
+
+@dataclass
+class Rec:
+    """What the trace view needs of one span, read once and defensively."""
+
+    trace_id: int
+    span_id: int
+    parent_id: int  # 0: a root
+    name: str
+    service: str
+    start: int
+    end: int
+    error: bool
+    status_message: str
+    attrs: Mapping[str, Any]
+    events: Sequence[Any]
+    parent_remote: bool = False  # the parent lives in another process (trace context)
+    call: int = 0  # the translate() call it arrived in
+
+    @property
+    def duration(self) -> int:
+        return self.end - self.start
+
+
+def _attrs(obj: object) -> Mapping[str, Any]:
+    a = getattr(obj, "attributes", None)
+    if a is None:
+        return {}
+    inner = getattr(a, "_dict", None)
+    return inner if isinstance(inner, dict) else a if isinstance(a, Mapping) else {}
+
+
+def read_span(span: Any) -> Rec | None:
+    """A :class:`Rec` from a ``ReadableSpan`` (None: no trace or span id, not drawable)."""
+    ctx = getattr(span, "context", None)
+    trace_id = getattr(ctx, "trace_id", 0)
+    span_id = getattr(ctx, "span_id", 0)
+    if type(trace_id) is not int or type(span_id) is not int or not trace_id or not span_id:
+        return None
+    parent = getattr(span, "parent", None)
+    parent_id = getattr(parent, "span_id", 0) if parent is not None else 0
+    if type(parent_id) is not int or parent_id == span_id:
+        parent_id = 0
+    remote = parent_id != 0 and getattr(parent, "is_remote", False) is True
+    start = getattr(span, "start_time", None)
+    end = getattr(span, "end_time", None)
+    start = start if type(start) is int and start > 0 else (end if type(end) is int else 0)
+    end = end if type(end) is int and end >= start else start
+    status = getattr(span, "status", None)
+    code = getattr(getattr(status, "status_code", None), "name", "UNSET")
+    message = getattr(status, "description", None) or ""
+    resource = getattr(span, "resource", None)
+    service = _attrs(resource).get(SERVICE_NAME) if resource is not None else None
+    attrs = _attrs(span)
+    name = str(getattr(span, "name", "") or "")
+    events = getattr(span, "events", None) or ()
+    return Rec(trace_id, span_id, parent_id, name,
+               service if isinstance(service, str) and service else "unknown_service",
+               start, end, code == "ERROR", str(message), attrs, events, remote)
+
+
+@dataclass
+class TraceIssues:
+    """What one call drew and could not (the sink counts these)."""
+
+    received: int = 0
+    drawn: int = 0  # boxes placed (spans fully drawn)
+    orphans: int = 0  # of which drawn without their parent
+    #: translate() call the drawn spans arrived in → how many (a span drawn in a later
+    #: call than its own was settled with its batch then: the sink needs to know).
+    drawn_calls: dict[int, int] = field(default_factory=dict)
+    pending: int = 0  # waiting for a parent after this call
+    invalid: int = 0  # no trace / span id: not drawable
+    pending_overflow: int = 0  # drawn as orphans early because the buffer was full
+    capped: dict[str, int] = field(default_factory=dict)
+
+    def cap(self, what: str, n: int) -> None:
+        if n > 0:
+            self.capped[what] = self.capped.get(what, 0) + n
+
+    def drawn_outside(self, calls: set[int]) -> int:
+        """Spans drawn here that arrived in none of ``calls``."""
+        return sum(n for call, n in self.drawn_calls.items() if call not in calls)
+
+
+@dataclass
+class _Trace:
+    key: str
+    lane: float
+    origin: int | None = None  # ns at x = 0: the start of the first span placed
+    scale: float = 0.0  # x units per ns
+    depth: dict[int, int] = field(default_factory=dict)  # placed span id → depth
+
+
+@dataclass(eq=False)
+class _Pending:
+    rec: Rec
+    since: float  # monotonic arrival time
+    seq: int  # arrival number: the same span sent twice waits (and is drawn) twice
+
+
+class _Boxes:
+    """Flame-chart rows of one entity in one batch (one box per row)."""
+
+    __slots__ = ("centers", "colours", "half", "labels", "shown", "times")
+
+    def __init__(self) -> None:
+        self.times: list[int] = []
+        self.centers: list[tuple[float, float]] = []
+        self.half: list[tuple[float, float]] = []
+        self.colours: list[int] = []
+        self.labels: list[str] = []
+        self.shown: list[bool] = []
+
+
+class TraceTranslator:
+    """Turns batches of finished spans into trace-view rows; remembers depths and waits.
+
+    Deterministic and free of I/O: time (``now``, monotonic seconds) is passed in.
+    """
+
+    def __init__(self, *, wait_s: float | None = None, max_pending: int = MAX_PENDING,
+                 max_placed: int = MAX_PLACED) -> None:
+        self.wait_s = wait_s_from_env() if wait_s is None else wait_s
+        self.max_pending = max(1, max_pending)
+        self.max_placed = max(1, max_placed)
+        self._traces: OrderedDict[int, _Trace] = OrderedDict()
+        self._keys: dict[str, int] = {}
+        self._placed = 0
+        self._ordinal = 0
+        # trace id → parent span id → spans waiting for it (arrival order)
+        self._pending: dict[int, dict[int, list[_Pending]]] = {}
+        # Waiting spans by arrival (oldest first): a parent in this process's trace, and a
+        # parent in another process (``parent_remote``), which waits less.
+        self._queue: OrderedDict[int, _Pending] = OrderedDict()
+        self._remote: OrderedDict[int, _Pending] = OrderedDict()
+        self.remote_wait_s = min(self.wait_s, REMOTE_WAIT_S)
+        self._seq = 0
+        self._call = 0
+        self._series: set[str] = set()
+        self._styled: set[str] = set()
+
+    # ── public ───────────────────────────────────────────────────────────────────────
+
+    @property
+    def pending(self) -> int:
+        return len(self._queue) + len(self._remote)
+
+    def _queues(self) -> tuple[tuple[OrderedDict[int, _Pending], float], ...]:
+        return (self._queue, self.wait_s), (self._remote, self.remote_wait_s)
+
+    def _unqueue(self, p: _Pending) -> None:
+        self._queue.pop(p.seq, None)
+        self._remote.pop(p.seq, None)
+
+    def translate(self, spans: Sequence[Any], frame: Frame, *, now: float) -> TraceIssues:
+        issues = TraceIssues(received=len(spans))
+        self._call += 1
+        boxes: dict[str, _Boxes] = {}
+        recs: list[Rec] = []
+        for span in spans:
+            try:
+                rec = read_span(span)
+            except Exception:  # a hostile object must never stop the batch
+                rec = None
+            if rec is None:
+                issues.invalid += 1
+                continue
+            rec.call = self._call
+            recs.append(rec)
+        # Parents first within a batch (earlier start), so most spans place at once.
+        recs.sort(key=lambda r: (r.start, -r.end, r.span_id))
+        for rec in recs:
+            self._log_and_series(rec, frame, issues)
+            trace = self._traces.get(rec.trace_id)
+            if rec.parent_id == 0:
+                self._place(rec, 0, False, boxes, issues)
+            elif trace is not None and rec.parent_id in trace.depth:
+                self._place(rec, trace.depth[rec.parent_id] + 1, False, boxes, issues)
+            else:
+                self._wait(rec, now, boxes, issues)
+        self.expire(now, frame, issues, boxes)
+        self._emit(boxes, frame)
+        issues.pending = self.pending
+        return issues
+
+    def expire(self, now: float, frame: Frame, issues: TraceIssues | None = None,
+               boxes: dict[str, _Boxes] | None = None) -> TraceIssues:
+        """Draw as orphans the spans that waited ``wait_s`` or longer."""
+        issues = issues if issues is not None else TraceIssues()
+        own = boxes is None
+        if own:
+            self._call += 1  # a call of its own: what it draws arrived earlier
+        boxes = {} if boxes is None else boxes
+        for queue, wait in self._queues():
+            while queue:
+                first = next(iter(queue.values()))
+                if now - first.since < wait:
+                    break
+                self._orphan(first, boxes, issues)
+        if own:
+            self._emit(boxes, frame)
+            issues.pending = self.pending
+        return issues
+
+    @property
+    def last_call(self) -> int:
+        return self._call
+
+    def discard_last_call(self) -> int:
+        """Forget the spans of the last call that still wait (its frame was not sent and
+        its batch is counted lost as a whole); returns how many."""
+        return self.discard_calls({self._call})
+
+    def discard_calls(self, calls: set[int]) -> int:
+        """Forget the waiting spans that arrived in ``calls`` (batches counted lost)."""
+        gone = [p for queue, _ in self._queues() for p in queue.values()
+                if p.rec.call in calls]
+        for p in gone:
+            self._unqueue(p)
+            by_parent = self._pending.get(p.rec.trace_id, {})
+            siblings = by_parent.get(p.rec.parent_id, [])
+            if p in siblings:
+                siblings.remove(p)
+                if not siblings:
+                    by_parent.pop(p.rec.parent_id, None)
+            if not by_parent:
+                self._pending.pop(p.rec.trace_id, None)
+        return len(gone)
+
+    def drain(self, frame: Frame) -> TraceIssues:
+        """Shutdown: draw every waiting span as an orphan."""
+        return self.expire(math.inf, frame)
+
+    def next_expiry(self, now: float) -> float | None:
+        """Seconds until the oldest waiting span expires (None: nothing waits)."""
+        due = [next(iter(queue.values())).since + wait - now
+               for queue, wait in self._queues() if queue]
+        return max(0.0, min(due)) if due else None
+
+    # ── placement ────────────────────────────────────────────────────────────────────
+
+    def _trace(self, trace_id: int) -> _Trace:
+        trace = self._traces.get(trace_id)
+        if trace is not None:
+            self._traces.move_to_end(trace_id)
+            return trace
+        key = f"{trace_id:032x}"[:8]
+        if self._keys.get(key, trace_id) != trace_id:
+            key = f"{trace_id:032x}"[:16]  # two traces sharing 8 hex digits stay apart
+        self._keys[key] = trace_id
+        trace = _Trace(key, float(self._ordinal * LANE_HEIGHT))
+        self._ordinal += 1
+        self._traces[trace_id] = trace
+        return trace
+
+    def _remember(self, trace: _Trace, span_id: int, depth: int) -> None:
+        if span_id not in trace.depth:
+            self._placed += 1
+        trace.depth[span_id] = depth
+        while self._placed > self.max_placed and len(self._traces) > 1:
+            old_id, old = self._traces.popitem(last=False)
+            if old is trace:  # never evict the trace being drawn
+                self._traces[old_id] = old
+                self._traces.move_to_end(old_id, last=False)
+                break
+            self._placed -= len(old.depth)
+            if self._keys.get(old.key) == old_id:
+                del self._keys[old.key]
+
+    def _place(self, rec: Rec, depth: int, orphan: bool, boxes: dict[str, _Boxes],
+               issues: TraceIssues) -> None:
+        """Draw ``rec`` at ``depth``, then every span that waited for it (iteratively)."""
+        stack = [(rec, depth, orphan)]
+        while stack:
+            r, d, o = stack.pop()
+            trace = self._trace(r.trace_id)
+            self._remember(trace, r.span_id, d)
+            self._box(r, trace, d, o, boxes)
+            issues.drawn += 1
+            issues.orphans += o
+            issues.drawn_calls[r.call] = issues.drawn_calls.get(r.call, 0) + 1
+            waiting = self._pending.get(r.trace_id, {}).pop(r.span_id, None)
+            if waiting:
+                for p in waiting:
+                    self._unqueue(p)
+                    stack.append((p.rec, d + 1, False))
+            if r.trace_id in self._pending and not self._pending[r.trace_id]:
+                del self._pending[r.trace_id]
+
+    def _wait(self, rec: Rec, now: float, boxes: dict[str, _Boxes],
+              issues: TraceIssues) -> None:
+        while self.pending >= self.max_pending:
+            issues.pending_overflow += 1
+            heads = [next(iter(q.values())) for q, _ in self._queues() if q]
+            self._orphan(min(heads, key=lambda h: h.seq), boxes, issues)
+        self._seq += 1
+        p = _Pending(rec, now, self._seq)
+        (self._remote if rec.parent_remote else self._queue)[p.seq] = p
+        self._pending.setdefault(rec.trace_id, {}).setdefault(rec.parent_id, []).append(p)
+
+    def _orphan(self, p: _Pending, boxes: dict[str, _Boxes], issues: TraceIssues) -> None:
+        rec = p.rec
+        self._unqueue(p)
+        by_parent = self._pending.get(rec.trace_id, {})
+        siblings = by_parent.get(rec.parent_id, [])
+        if p in siblings:
+            siblings.remove(p)
+            if not siblings:
+                by_parent.pop(rec.parent_id, None)
+        # Its parent may have been placed meanwhile only through another route: check.
+        trace = self._traces.get(rec.trace_id)
+        if trace is not None and rec.parent_id in trace.depth:
+            self._place(rec, trace.depth[rec.parent_id] + 1, False, boxes, issues)
+        elif rec.parent_remote:
+            # The entry point of this process into a trace begun elsewhere (``proofscope
+            # run``'s TRACEPARENT, a caller that exports to another backend): under
+            # wherever its parent would be, one level down from the top.
+            self._place(rec, 1, True, boxes, issues)
+        else:
+            # Its depth is unknown: the orphan rows, apart from the placed tree.
+            self._place(rec, ORPHAN_DEPTH, True, boxes, issues)
+
+    # ── rows ─────────────────────────────────────────────────────────────────────────
+
+    def _label(self, rec: Rec) -> str:
+        source = rec.attrs.get(SOURCE_NAME)
+        name = f"{source} → {rec.name}" if isinstance(source, str) and source else rec.name
+        return _clip(name)
+
+    def _box(self, rec: Rec, trace: _Trace, depth: int, orphan: bool,
+             boxes: dict[str, _Boxes]) -> None:
+        if trace.origin is None:
+            # Fixed by the first span placed: the root (children wait for it), or an
+            # orphan when the root never came. Boxes already sent keep their x.
+            trace.origin = rec.start
+            trace.scale = FLAME_WIDTH / max(rec.duration, 1000)
+        half_w = rec.duration * trace.scale / 2
+        x = (rec.start - trace.origin) * trace.scale + half_w
+        y = trace.lane + depth
+        label = f"{self._label(rec)} {format_ms(rec.duration)}"
+        if depth == 0 and not orphan:
+            label += f" · trace {trace.key}"
+        if rec.error:
+            # Plain text: the viewer's font (Inter) has no dingbats; a missing glyph
+            # aborts the headless viewer.
+            label += " ERROR"
+            colour = ERROR_RGBA
+        elif orphan and not rec.parent_remote:
+            colour = ORPHAN_RGBA
+        else:
+            colour = service_colour(rec.service)
+        if orphan and rec.parent_remote:
+            label += f" (parent {rec.parent_id:016x} in another process, not received)"
+        elif orphan:
+            label += f" (orphan: parent {rec.parent_id:016x} not received)"
+        path = f"{FLAME}/{part(rec.service)}/{trace.key}"
+        b = boxes.get(path)
+        if b is None:
+            b = boxes[path] = _Boxes()
+        b.times.append(rec.start)
+        b.centers.append((x, y))
+        b.half.append((half_w, BOX_HALF_HEIGHT))
+        b.colours.append(colour)
+        b.labels.append(label)
+        b.shown.append(2 * half_w >= MIN_LABELLED_WIDTH)
+
+    def _log_and_series(self, rec: Rec, frame: Frame, issues: TraceIssues) -> None:
+        svc = part(rec.service)
+        key = self._traces[rec.trace_id].key if rec.trace_id in self._traces \
+            else self._trace(rec.trace_id).key
+        logs = f"{LOGS}/{svc}/{key}"
+        attrs = format_attrs(rec.attrs)
+        text = f"{self._label(rec)} {format_ms(rec.duration)}"
+        if rec.error:
+            text += f" ERROR: {rec.status_message or 'error'}"
+        elif rec.status_message:
+            text += f" ({rec.status_message})"
+        if attrs:
+            text += " · " + attrs
+        frame.text(logs, rec.end, _clip(text), "ERROR" if rec.error else "INFO")
+        for ev in rec.events:
+            name = str(getattr(ev, "name", "") or "")
+            t = getattr(ev, "timestamp", None)
+            t = t if type(t) is int and t > 0 else rec.end
+            ea = _attrs(ev)
+            level = "ERROR" if name == "exception" else "INFO"
+            body = f"{rec.name} › {name}"
+            message = ea.get(Attr.LOG_MESSAGE)
+            if name == EventName.LOG and isinstance(message, str):
+                # A bridged log line (EZKL's Rust logs, proof-stream Log): its own level.
+                level = _LEVELS.get(str(ea.get(Attr.LOG_LEVEL, "")).upper(), "INFO")
+                ea = {k: v for k, v in ea.items() if k not in (Attr.LOG_MESSAGE,
+                                                               Attr.LOG_LEVEL)}
+                body = f"{rec.name} › {message}"
+            ev_attrs = format_attrs(ea)
+            if ev_attrs:
+                body += " · " + ev_attrs
+            frame.text(logs, t, _clip(body), level)
+        series = f"{DURATIONS}/{svc}/{part(rec.name)}"
+        if series not in self._series:
+            if len(self._series) >= MAX_SERIES:
+                # One shared series beyond the cap (per service would be unbounded).
+                issues.cap("trace_duration_series", 1)
+                series = f"{DURATIONS}/_other/_other"
+            else:
+                self._series.add(series)
+        if series not in self._styled:
+            self._styled.add(series)
+            title = f"{rec.name} ms ({rec.service})" if not series.endswith("/_other") \
+                else f"other span names, beyond {MAX_SERIES} series (ms)"
+            frame.static(series, rr.SeriesLines(names=[_clip(title)]))
+        frame.scalar(series, rec.end, rec.duration / 1e6)
+
+    def _emit(self, boxes: dict[str, _Boxes], frame: Frame) -> None:
+        for path, b in boxes.items():
+            n = len(b.times)
+            order = np.argsort(np.asarray(b.times, dtype=np.int64), kind="stable")
+            cols = rr.Boxes2D.columns(
+                centers=np.asarray(b.centers, dtype=np.float32)[order],
+                half_sizes=np.asarray(b.half, dtype=np.float32)[order],
+                colors=np.asarray(b.colours, dtype=np.uint32)[order],
+                labels=[b.labels[i] for i in order],
+                show_labels=[b.shown[i] for i in order],
+                radii=np.full(n, OUTLINE, dtype=np.float32),
+            )
+            times = np.asarray(b.times, dtype=np.int64)[order]
+            frame.columns(path, [rr.TimeColumn(PROOF_TIME, timestamp=times.astype(
+                "datetime64[ns]"))], list(cols), n)

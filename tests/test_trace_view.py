@@ -1,0 +1,448 @@
+"""The trace view: every span drawn in Rerun, whatever it is called and whenever it arrives.
+
+A foreign trace with the span names of a Rust zkVM prover (SP1's ``prove`` →
+``prove_shards`` → ``prove_shard`` …) goes through the official OTel exporters, over gRPC
+and over HTTP, to ``proofscope serve``; the ``.rrd`` read back holds every span; the
+summary line accounts for each. Arrival order (children first, across requests, a
+parent that never comes) and hostile input go through the pure translation.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
+    OTLPSpanExporter as HttpSpanExporter,
+)
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import Event, ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import (
+    BatchSpanProcessor,
+    SimpleSpanProcessor,
+    SpanExporter,
+)
+from opentelemetry.trace import SpanContext, Status, StatusCode, TraceFlags
+
+pytest.importorskip("rerun", reason="rerun-sdk (the [rerun] extra) is not installed")
+from otel_proofscope.ledger import DROPS
+from otel_proofscope.rerun import readback
+from otel_proofscope.rerun.columns import Frame
+from otel_proofscope.rerun.exporter import RerunSpanExporter
+from otel_proofscope.rerun.tally import TALLY
+from otel_proofscope.rerun.translate_trace import (
+    DURATIONS,
+    FLAME,
+    LOGS,
+    ORPHAN_DEPTH,
+    SOURCE_NAME,
+    TraceTranslator,
+    part,
+)
+
+PROCESS_TIMEOUT_S = 90
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "foreign_prover.py"
+#: prove, execute, shard_record, prove_shards, 4 × (prove_shard + 3 phases), compress, verify
+SPANS_PER_PROOF = 22
+NAMES = {"prove", "execute", "shard_record", "prove_shards", "prove_shard", "generate_traces",
+         "commit_main", "open", "compress", "verify"}
+
+
+def _example() -> Any:
+    """examples/foreign_prover.py as a module (the one definition of the trace's shape)."""
+    spec = importlib.util.spec_from_file_location("foreign_prover", EXAMPLE)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def rust_prover_trace(exporter: SpanExporter, service: str, *, batch: bool) -> int:
+    """A proof as a Rust zkVM prover traces it (SP1's span names); its trace id."""
+    tp = TracerProvider(resource=Resource.create({"service.name": service}))
+    tp.add_span_processor(BatchSpanProcessor(exporter) if batch
+                          else SimpleSpanProcessor(exporter))
+    trace_id: int = _example().prove(tp)
+    tp.shutdown()
+    return trace_id
+
+
+def _read_until(proc: subprocess.Popen[str], prefix: str, lines: list[str]) -> str:
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        lines.append(line)
+        if line.startswith(prefix):
+            return line.strip().rsplit(" ", 1)[-1]
+    raise AssertionError(f"no {prefix!r} line; got {lines}")
+
+
+def _labels(rec: readback.Recording, path: str) -> list[str]:
+    return [lab for r in rec.rows(path) for lab in r.values["Boxes2D:labels"]]
+
+
+def _check_proof(rec: readback.Recording, service: str, trace_id: int) -> None:
+    key = f"{trace_id:032x}"[:8]
+    svc = part(service)
+    labels = _labels(rec, f"/{FLAME}/{svc}/{key}")
+    assert len(labels) == SPANS_PER_PROOF
+    assert {lab.split(" ")[0] for lab in labels} == NAMES
+    [error] = [lab for lab in labels if "ERROR" in lab]
+    assert error.startswith("open ") and error.endswith(" ERROR")
+    # depth: prove 0, prove_shards 1, prove_shard 2, its phases 3 (y = lane + depth)
+    rows = rec.rows(f"/{FLAME}/{svc}/{key}")
+    y = {r.values["Boxes2D:labels"][0].split(" ")[0]: r.values["Boxes2D:centers"][0][1]
+         for r in rows}
+    lane = y["prove"]
+    assert (y["prove_shards"] - lane, y["prove_shard"] - lane, y["commit_main"] - lane) \
+        == (1, 2, 3)
+    assert len(rec.rows(f"/{DURATIONS}/{svc}/prove_shard")) == 4
+    texts = [r.values["TextLog:text"][0] for r in rec.rows(f"/{LOGS}/{svc}/{key}")]
+    assert any("shard.checkpoint" in t and "rows=4096" in t for t in texts)
+    assert any(t.startswith("open ") and "ERROR: opening proof failed" in t for t in texts)
+    assert any(t.startswith("prove_shard ") and "shard=3" in t and "cycles=300003" in t
+               for t in texts)
+
+
+def test_foreign_trace_over_grpc_and_http_through_serve(tmp_path: Path) -> None:
+    rrd = tmp_path / "x.rrd"
+    env = {**os.environ, "XDG_RUNTIME_DIR": str(tmp_path), "PYTHONPATH": os.getcwd()}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "otel_proofscope", "serve", "--grpc-port", "0",
+         "--http-port", "0", "--rerun", f"file:{rrd}"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    killer = threading.Timer(PROCESS_TIMEOUT_S, proc.kill)
+    killer.start()
+    lines: list[str] = []
+    try:
+        grpc_endpoint = _read_until(proc, "OTLP/gRPC listening on", lines)
+        http_endpoint = _read_until(proc, "OTLP/HTTP listening on", lines)
+        # gRPC: the example prover, run as a user would (another process, batched).
+        ran = subprocess.run(
+            [sys.executable, str(EXAMPLE)], capture_output=True, text=True, check=True,
+            timeout=PROCESS_TIMEOUT_S,
+            env={**env, "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://{grpc_endpoint}",
+                 "OTEL_EXPORTER_OTLP_INSECURE": "true", "OTEL_SERVICE_NAME": "sp1-prover"})
+        via_grpc = int(ran.stdout.split("of trace ", 1)[1].split()[0], 16)
+        # HTTP: one request per span, children before their parents (another request);
+        # a second service in the same recording.
+        via_http = rust_prover_trace(HttpSpanExporter(endpoint=f"{http_endpoint}/v1/traces",
+                                                      timeout=10), "sp1/cluster", batch=False)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=PROCESS_TIMEOUT_S)
+    finally:
+        killer.cancel()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    assert proc.returncode == 0, err
+    summary = "".join(lines) + out
+    total = 2 * SPANS_PER_PROOF
+    assert f"spans_accepted={total}" in summary
+    assert f"rerun: drawn {total} spans; not drawn 0\n" in summary
+    assert "dropped: nothing" in summary
+    rec = readback.read(rrd)
+    _check_proof(rec, "sp1-prover", via_grpc)
+    _check_proof(rec, "sp1/cluster", via_http)
+    # two services, two entities: kept apart (the slash is escaped, not a path level)
+    assert f"/{FLAME}/sp1\\/cluster/{f'{via_http:032x}'[:8]}" in rec.paths()
+
+
+# ── arrival order ──────────────────────────────────────────────────────────────────────
+
+T0 = 1_800_000_000_000_000_000
+TRACE = 0xFEED_0000_0000_0000_0000_0000_0000_0001
+
+
+def _span(name: str, span_id: int, parent: int | None, start: int, end: int, *,
+          trace_id: int = TRACE, attrs: dict[str, Any] | None = None,
+          service: str = "prover") -> ReadableSpan:
+    ctx = SpanContext(trace_id, span_id, False, TraceFlags(TraceFlags.SAMPLED))
+    par = SpanContext(trace_id, parent, False, TraceFlags(TraceFlags.SAMPLED)) \
+        if parent else None
+    return ReadableSpan(name=name, context=ctx, parent=par, attributes=attrs or {},
+                        start_time=start, end_time=end,
+                        resource=Resource({"service.name": service}))
+
+
+def test_children_before_parents_and_an_orphan_at_shutdown(tmp_path: Path) -> None:
+    TALLY.reset()
+    path = tmp_path / "order.rrd"
+    exporter = RerunSpanExporter(f"file:{path}")
+    leaf = _span("open", 3, 2, T0 + 20, T0 + 30)
+    mid = _span("prove_shard", 2, 1, T0 + 10, T0 + 40)
+    root = _span("prove", 1, None, T0, T0 + 100)
+    lost_parent = _span("late_child", 9, 77, T0 + 50, T0 + 60)  # parent 77 never sent
+    for batch in ([leaf], [lost_parent], [mid], [root]):  # separate batches, leaf first
+        exporter.export(batch)
+    assert exporter.force_flush(30_000)
+    assert exporter.sink is not None
+    assert exporter.sink.trace.pending == 1  # only the orphan still waits
+    exporter.shutdown()
+    rec = readback.read(path)
+    rows = rec.rows(f"/{FLAME}/prover/{f'{TRACE:032x}'[:8]}")
+    got = {r.values["Boxes2D:labels"][0].split(" ")[0]: r.values["Boxes2D:centers"][0][1]
+           for r in rows}
+    assert set(got) == {"prove", "prove_shard", "open", "late_child"}
+    assert (got["prove_shard"] - got["prove"], got["open"] - got["prove"]) == (1, 2)
+    [orphan] = [r.values["Boxes2D:labels"][0] for r in rows
+                if r.values["Boxes2D:labels"][0].startswith("late_child")]
+    assert f"orphan: parent {77:016x} not received" in orphan
+    assert got["late_child"] - got["prove"] == ORPHAN_DEPTH  # apart from the tree
+    assert TALLY.summary_line(DROPS) == \
+        "rerun: drawn 4 spans (1 as orphans: parent never received); not drawn 0"
+
+
+def test_a_bounded_wait_then_an_orphan_and_a_bounded_buffer() -> None:
+    tr = TraceTranslator(wait_s=5.0, max_pending=2)
+    frame = Frame()
+    first = tr.translate([_span("a", 11, 10, T0, T0 + 1)], frame, now=100.0)
+    assert (first.drawn, first.pending) == (0, 1)
+    assert tr.next_expiry(101.0) == pytest.approx(4.0)
+    assert tr.expire(104.9, Frame()).drawn == 0
+    expired = tr.expire(105.0, Frame())
+    assert (expired.drawn, expired.orphans, expired.pending) == (1, 1, 0)
+    # a full buffer draws its oldest span early, as an orphan, and counts it
+    full = tr.translate([_span(f"s{i}", 20 + i, 99, T0, T0 + 1) for i in range(5)], Frame(),
+                        now=200.0)
+    assert (full.pending_overflow, full.orphans, full.pending) == (3, 3, 2)
+    # the parent arrives: its two waiting children are drawn under it, not as orphans
+    parent = tr.translate([_span("p", 99, None, T0, T0 + 2)], Frame(), now=202.0)
+    assert (parent.drawn, parent.orphans, parent.pending) == (3, 0, 0)
+    assert tr.drain(Frame()).drawn == 0
+
+
+def test_mapped_span_label_names_source_and_contract() -> None:
+    tr = TraceTranslator(wait_s=1.0)
+    frame = Frame()
+    tr.translate([_span("proof.layer", 1, None, T0, T0 + 2_000_000,
+                        attrs={SOURCE_NAME: "prove_shard", "shard": 3})], frame, now=0.0)
+    sends = {s.path: s for s in frame.sends()}
+    flame = sends[f"{FLAME}/prover/{f'{TRACE:032x}'[:8]}"]
+    labels = [c for c in flame.columns if "labels" in str(c.component_descriptor())]
+    assert "prove_shard → proof.layer 2.00 ms" in str(labels[0].as_arrow_array().to_pylist())
+
+
+# ── hostile input ──────────────────────────────────────────────────────────────────────
+
+_text = st.text(max_size=40)
+_value = st.one_of(st.integers(), st.floats(allow_nan=True), st.booleans(), _text,
+                   st.lists(st.integers(), max_size=5), st.lists(_text, max_size=3))
+
+
+@st.composite
+def _spans(draw: st.DrawFn) -> list[ReadableSpan]:
+    n = draw(st.integers(1, 25))
+    traces = draw(st.lists(st.integers(1, (1 << 128) - 1), min_size=1, max_size=3))
+    out = []
+    for i in range(n):
+        span_id = i + 1
+        # parents: none, an earlier or later span of the batch, or one never sent
+        parent = draw(st.one_of(st.none(), st.integers(1, n + 3)))
+        start = draw(st.integers(0, 1 << 62))
+        end = draw(st.one_of(st.none(), st.integers(0, 1 << 62)))
+        events = [Event(draw(_text), draw(st.dictionaries(_text, _value, max_size=3)),
+                        timestamp=draw(st.integers(0, 1 << 62)))
+                  for _ in range(draw(st.integers(0, 2)))]
+        ctx = SpanContext(draw(st.sampled_from(traces)), span_id, False)
+        par = SpanContext(ctx.trace_id, parent, False) if parent else None
+        status = Status(draw(st.sampled_from(list(StatusCode))),
+                        draw(st.one_of(st.none(), _text)))
+        if status.status_code is not StatusCode.ERROR:
+            status = Status(status.status_code)
+        out.append(ReadableSpan(
+            name=draw(_text), context=ctx, parent=par,
+            attributes=draw(st.dictionaries(_text, _value, max_size=6)),
+            events=events, start_time=start, end_time=end, status=status,
+            resource=Resource({"service.name": draw(_text)})))
+    return out
+
+
+def _parts(path: str) -> list[str]:
+    """Entity-path parts: split on slashes, a backslash escaping the next character."""
+    parts, cur, escaped = [], "", False
+    for ch in path:
+        if escaped:
+            cur, escaped = cur + ch, False
+        elif ch == "\\":
+            cur, escaped = cur + ch, True
+        elif ch == "/":
+            parts, cur = [*parts, cur], ""
+        else:
+            cur += ch
+    assert not escaped, path  # a dangling backslash would escape the next part's slash
+    return [*parts, cur]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(batches=st.lists(_spans(), min_size=1, max_size=3))
+def test_any_spans_translate_without_raising_and_paths_stay_escaped(
+        batches: list[list[ReadableSpan]]) -> None:
+    tr = TraceTranslator(wait_s=0.5, max_pending=8)
+    drawn = received = 0
+    for k, batch in enumerate(batches):
+        frame = Frame()
+        issues = tr.translate(batch, frame, now=float(k))
+        received += issues.received - issues.invalid
+        drawn += issues.drawn
+        for send in frame.sends():
+            parts = _parts(send.path)
+            assert len(parts) == 4 and all(parts), send.path
+            assert parts[0] == "trace" and parts[1] in ("flame", "logs", "durations")
+    final = Frame()
+    drawn += tr.drain(final).drawn
+    assert drawn == received  # every drawable span is drawn exactly once
+    assert tr.pending == 0
+
+
+def test_no_viewer_every_span_counted_once_never_drawn(tmp_path: Path) -> None:
+    """A viewer that is not there: each span is 'not drawn' exactly once, including the
+    children that were waiting for their parent when their batch was lost."""
+    import socket
+
+    TALLY.reset()
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    exporter = RerunSpanExporter(f"rerun+http://127.0.0.1:{port}/proxy")
+    leaf = _span("open", 3, 2, T0 + 20, T0 + 30)
+    mid = _span("prove_shard", 2, 1, T0 + 10, T0 + 40)
+    root = _span("prove", 1, None, T0, T0 + 100)
+    stray = _span("late_child", 9, 77, T0 + 50, T0 + 60)
+    for batch in ([leaf, stray], [mid], [root]):
+        exporter.export(batch)
+    assert exporter.force_flush(10_000) is not None
+    exporter.shutdown()
+    assert TALLY.summary_line(DROPS) == "rerun: drawn 0 spans; not drawn 4 (sink_unavailable 4)"
+
+
+@pytest.mark.parametrize("in_child", [False, True], ids=["rerun-in-thread", "rerun-in-child"])
+def test_configure_exit_report_says_what_was_drawn(tmp_path: Path, in_child: bool) -> None:
+    from otel_proofscope.setup import configure
+
+    TALLY.reset()
+    rrd = tmp_path / "cfg.rrd"
+    telemetry = configure(out_dir=tmp_path, rerun=f"file:{rrd}", rerun_process=in_child,
+                          set_global=False, service_name="my-prover")
+    tracer = telemetry.tracer_provider.get_tracer("my_prover")
+    with tracer.start_as_current_span("prove"):
+        for shard in range(3):
+            with tracer.start_as_current_span("prove_shard", attributes={"shard": shard}):
+                pass
+    report = telemetry.shutdown(timeout_s=20)
+    assert "rerun: drawn 4 spans; not drawn 0" in report.lines()
+    labels = [lab for p in readback.read(rrd).paths() if p.startswith(f"/{FLAME}/my-prover/")
+              for lab in _labels(readback.read(rrd), p)]
+    assert sorted(lab.split(" ")[0] for lab in labels) == ["prove"] + ["prove_shard"] * 3
+
+
+def test_duration_series_are_capped_and_the_rest_share_one(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from otel_proofscope.rerun import translate_trace
+
+    monkeypatch.setattr(translate_trace, "MAX_SERIES", 2)
+    tr = TraceTranslator(wait_s=1.0)
+    frame = Frame()
+    issues = tr.translate([_span(f"phase{i}", i + 1, None, T0, T0 + 5, service=f"svc{i}")
+                           for i in range(5)], frame, now=0.0)
+    series = {s.path for s in frame.sends() if s.path.startswith(f"{DURATIONS}/")}
+    assert series == {f"{DURATIONS}/svc0/phase0", f"{DURATIONS}/svc1/phase1",
+                      f"{DURATIONS}/_other/_other"}
+    assert issues.capped == {"trace_duration_series": 3}
+    assert issues.drawn == 5
+
+
+def _remote_child(span_id: int, parent: int, start: int, end: int) -> ReadableSpan:
+    """The first span of a process that joined a trace begun elsewhere (TRACEPARENT)."""
+    ctx = SpanContext(TRACE, span_id, False, TraceFlags(TraceFlags.SAMPLED))
+    par = SpanContext(TRACE, parent, True, TraceFlags(TraceFlags.SAMPLED))
+    return ReadableSpan(name="prove", context=ctx, parent=par, start_time=start, end_time=end,
+                        resource=Resource({"service.name": "rust-prover"}))
+
+
+def test_a_parent_in_another_process_is_waited_for_briefly() -> None:
+    from otel_proofscope.rerun.translate_trace import REMOTE_WAIT_S
+
+    tr = TraceTranslator(wait_s=600.0)
+    frame = Frame()
+    # a child of the remote-rooted span, and a stray local orphan, arrive first
+    first = tr.translate([_span("prove_shard", 2, 1, T0 + 10, T0 + 20,
+                                service="rust-prover"),
+                          _span("stray", 7, 66, T0, T0 + 1, service="rust-prover")],
+                         frame, now=0.0)
+    assert first.pending == 2
+    second = tr.translate([_remote_child(1, 0xABC, T0, T0 + 30)], frame, now=1.0)
+    assert (second.drawn, second.pending) == (0, 3)  # waits for 0xabc, briefly
+    assert tr.next_expiry(1.0) == pytest.approx(REMOTE_WAIT_S)
+    late = tr.expire(1.0 + REMOTE_WAIT_S, frame)
+    assert (late.drawn, late.orphans, late.pending) == (2, 1, 1)  # the stray still waits
+    flame = next(s for s in frame.sends() if s.path.startswith(f"{FLAME}/"))
+    rows = {lab[0].split(" ")[0]: (lab[0], c[0][1]) for lab, c in zip(
+        next(c for c in flame.columns if "labels" in str(c.component_descriptor()))
+        .as_arrow_array().to_pylist(),
+        next(c for c in flame.columns if "centers" in str(c.component_descriptor()))
+        .as_arrow_array().to_pylist(), strict=True)}
+    label, y_root = rows["prove"]
+    assert f"parent {0xABC:016x} in another process" in label
+    assert rows["prove_shard"][1] - y_root == 1  # its own children nest under it
+
+
+def test_the_remote_parent_flag_crosses_to_the_child_translator() -> None:
+    from otel_proofscope.rerun import span_wire
+
+    data, refused = span_wire.pack_spans([_remote_child(1, 0xABC, T0, T0 + 30),
+                                          _span("local", 2, 1, T0, T0 + 5)])
+    assert refused == []
+    remote, local = span_wire.unpack_spans(data).spans
+    assert remote.parent is not None and remote.parent.is_remote
+    assert local.parent is not None and not local.parent.is_remote
+    assert remote.resource.attributes["service.name"] == "rust-prover"
+
+
+def test_a_viewer_that_goes_away_every_span_counted_once() -> None:
+    """Children sent (confirmed, waiting for their parent) while a viewer listens; it goes
+    away; a stray child of another trace and then the parent arrive: each span ends up
+    'not drawn' exactly once, none drawn, none twice."""
+    import socket
+
+    TALLY.reset()
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    port = listener.getsockname()[1]
+    accepted: list[socket.socket] = []
+
+    def accept() -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                accepted.append(listener.accept()[0])
+
+    threading.Thread(target=accept, daemon=True).start()
+    exporter = RerunSpanExporter(f"rerun+http://127.0.0.1:{port}/proxy")
+    assert exporter.sink is not None
+    exporter.sink._probe_interval = 0.2
+    exporter.export([_span("open", 3, 2, T0 + 20, T0 + 30),
+                     _span("prove_shard", 2, 1, T0 + 10, T0 + 40)])
+    exporter.force_flush(3_000)  # probes the viewer: this batch is delivered
+    assert exporter.sink.trace.pending == 2
+    listener.shutdown(socket.SHUT_RDWR)  # wakes the blocked accept(): stops listening
+    listener.close()
+    for conn in accepted:
+        conn.close()
+    time.sleep(0.3)
+    other = TRACE + 1
+    exporter.export([_span("stray", 9, 50, T0, T0 + 1, trace_id=other)])  # lost: probe fails
+    exporter.force_flush(3_000)
+    exporter.export([_span("prove", 1, None, T0, T0 + 100)])  # its children drawn, unsent
+    exporter.shutdown()
+    assert TALLY.summary_line(DROPS) == "rerun: drawn 0 spans; not drawn 4 (sink_unavailable 4)"
