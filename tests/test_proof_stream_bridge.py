@@ -326,7 +326,8 @@ def test_replay_writes_a_rerun_recording(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("capture", [False, True], ids=["capture-off", "capture-on"])
 def test_non_square_heatmap_is_rejected_with_its_line_and_one_warning(
-        pipeline: Any, capture: bool, caplog: pytest.LogCaptureFixture) -> None:
+        pipeline: Any, capture: bool, caplog: pytest.LogCaptureFixture,
+        request: pytest.FixtureRequest) -> None:
     """Validated at decoding, whether or not witness data is captured: a short field
     (no sentence), the right reason, the line number, one warning line."""
     from otel_proofscope.ledger import REJECTIONS
@@ -336,6 +337,9 @@ def test_non_square_heatmap_is_rejected_with_its_line_and_one_warning(
     before = REJECTIONS.snapshot()
     heat = {"layer_idx": 1, "head_idx": 0, "num_heads": 1, "seq_len": 3,
             "scores": [0.1] * 8}  # 8 ≠ 3²
+    # The proof and layer it opens stay current in this thread until the bridge closes;
+    # left open they would become the parent of every later test's root span.
+    request.addfinalizer(bridge.close)
     with caplog.at_level("WARNING"):
         feed(bridge,
              {"ProofStart": {"model_name": None, "backend": "cpu", "num_layers": 1,
