@@ -197,8 +197,9 @@ class LineAttr:
     """Names the log-line rules of ``proofscope run --map`` add (mapping/lines.py)."""
 
     TIMING = Attr.PROOFSCOPE_TIMING
-    MAPPING_SOURCE_NAME = Attr.MAPPING_SOURCE_NAME
     MAPPING_RULES = Attr.MAPPING_RULES
+    #: Phases keep their own names (``layer = true`` adds ``proof.layer.index`` and
+    #: ``proof.layer.kind``), so no ``proofscope.mapping.source_name`` here.
     #: A phase whose end line never came: ended when the prover exited.
     UNTERMINATED = "proofscope.line.unterminated"
     #: Progress of a chunked step, from lines like ``QAP AB: 512/1002``.
