@@ -16,6 +16,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import rerun as rr
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from opentelemetry.sdk.trace import Event, ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -494,3 +496,35 @@ def test_circuit_backbone_rows_do_not_depend_on_arrival_order(order: str) -> Non
     proof = next(s for s in spans if s.name == SpanName.PROOF)
     circuit = next(s for s in spans if s.name == SpanName.CIRCUIT_COMPILE)
     assert sorted(times) == [proof.start_time, circuit.end_time]
+
+
+_ANY_VALUE = st.one_of(st.none(), st.booleans(), st.integers(-5, 1 << 22),
+                       st.floats(allow_nan=True), st.text(max_size=8),
+                       st.sampled_from([k.value for k in LayerKind]))
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(
+    st.one_of(st.sampled_from([SpanName.LAYER, SpanName.WEIGHT_OPENING, "groth16.msm",
+                               "plonk.fft"]),
+              st.text(max_size=12).filter(lambda n: not n.startswith("proof"))),
+    st.dictionaries(st.sampled_from([Attr.LAYER_INDEX, Attr.LAYER_KIND, Attr.SUMCHECK_ROUNDS]),
+                    _ANY_VALUE)), max_size=8))
+def test_any_name_with_any_layer_attributes_is_drawn_or_counted(
+        plans: list[tuple[str, dict[str, object]]]) -> None:
+    # A proof span first, so foreign spans have a known proof to be logged in.
+    from otel_proofscope.rerun.columns import Frame
+    from otel_proofscope.rerun.model import ProofRegistry
+    from otel_proofscope.rerun.translate import SpanTranslator
+
+    spans = [_span(SpanName.PROOF, {}, ctx=_ctx(span_id=1))]
+    spans += [_span(name, {k: v for k, v in attrs.items() if v is not None},
+                    ctx=_ctx(span_id=2 + i)) for i, (name, attrs) in enumerate(plans)]
+    issues = SpanTranslator(ProofRegistry()).translate(spans, Frame())
+    assert issues.errors == []
+    layers = sum(is_layer(s) for s in spans)
+    known = sum(s.name in (SpanName.PROOF, SpanName.WEIGHT_OPENING) or is_layer(s)
+                for s in spans)
+    assert issues.spans + issues.malformed_spans == known
+    assert issues.foreign_drawn == len(spans) - known
+    assert issues.spans >= known - layers  # only a layer can be unusable here
