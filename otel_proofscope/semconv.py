@@ -197,8 +197,9 @@ class LineAttr:
     """Names the log-line rules of ``proofscope run --map`` add (mapping/lines.py)."""
 
     TIMING = Attr.PROOFSCOPE_TIMING
-    MAPPING_SOURCE_NAME = Attr.MAPPING_SOURCE_NAME
     MAPPING_RULES = Attr.MAPPING_RULES
+    #: Phases keep their own names (``layer = true`` adds ``proof.layer.index`` and
+    #: ``proof.layer.kind``), so no ``proofscope.mapping.source_name`` here.
     #: A phase whose end line never came: ended when the prover exited.
     UNTERMINATED = "proofscope.line.unterminated"
     #: Progress of a chunked step, from lines like ``QAP AB: 512/1002``.
@@ -236,8 +237,9 @@ class CliProverAttr:
 
 
 class CliProverSpanName:
-    """Phase names of the shipped CLI-prover presets (``proofscope.mapping.source_name``
-    where a phase is mapped onto ``proof.layer``)."""
+    """Phase names of the shipped CLI-prover presets. A phase marked ``layer = true`` keeps
+    its name and carries ``proof.layer.index`` and ``proof.layer.kind`` (MSM, FFT), which
+    is what makes the Rerun walk and ``proof.layer.duration`` treat it as a layer."""
 
     GROTH16_READ = "groth16.read"
     GROTH16_QAP = "groth16.qap"
@@ -354,6 +356,10 @@ class LayerKind(StrEnum):
     DEQUANTIZE = "Dequantize"
     QUANTIZE = "Quantize"
     INPUT = "Input"
+    #: Phases of a CLI prover's log (docs/provers.md): multi-scalar multiplications and
+    #: (inverse) FFTs, so per-kind time tells them apart from each other and from layers.
+    MSM = "MSM"
+    FFT = "FFT"
     UNKNOWN = "Unknown"
 
 
@@ -369,6 +375,8 @@ LAYER_KIND_COLOURS: dict[LayerKind, int] = {
     LayerKind.DEQUANTIZE: 0xFF8C00,
     LayerKind.QUANTIZE: 0xFF4C4C,
     LayerKind.INPUT: 0x8080FF,
+    LayerKind.MSM: 0xE0563B,
+    LayerKind.FFT: 0x3BC9E0,
     LayerKind.UNKNOWN: 0x606060,
 }
 

@@ -36,11 +36,13 @@ from otel_proofscope.mapping.lines import (
     load_line_rules,
     parse_line_rules,
 )
+from otel_proofscope.rerun.translate import is_layer
 from otel_proofscope.semconv import (
     Attr,
     CliProverAttr,
     CliProverEvent,
     CliProverSpanName,
+    LayerKind,
     LineAttr,
     SpanName,
     Timing,
@@ -79,8 +81,7 @@ def fixture_lines(name: str) -> list[bytes]:
 
 
 def phase(span: ReadableSpan) -> str:
-    a = span.attributes or {}
-    return str(a.get(Attr.MAPPING_SOURCE_NAME, span.name))
+    return span.name  # log-line phases keep their own names (nothing is renamed)
 
 
 def by_phase(spans: list[ReadableSpan], name: str) -> list[ReadableSpan]:
@@ -109,11 +110,15 @@ def test_groth16_prove_output_becomes_nested_phases(snarkjs: LineRules) -> None:
     msms = by_phase(spans, CliProverSpanName.GROTH16_MSM)
     assert [(s.attributes or {})[CliProverAttr.GROTH16_MSM_GROUP] for s in msms] == \
         ["A", "B1", "B2", "C", "H"]
-    for s in (*ffts, *msms):  # drawn on the walk: contract layer spans
+    # Drawn on the walk as layers under their own names: the layer attributes do it.
+    for s, kind in [(s, LayerKind.FFT) for s in ffts] + [(s, LayerKind.MSM) for s in msms]:
         a = s.attributes or {}
-        assert s.name == SpanName.LAYER
         assert isinstance(a[Attr.LAYER_INDEX], int)
-        assert a[Attr.LAYER_KIND] == "Unknown"
+        assert a[Attr.LAYER_KIND] == kind.value
+        assert Attr.MAPPING_SOURCE_NAME not in a
+        assert is_layer(s)
+    assert not any(s.name == SpanName.LAYER for s in spans)
+    assert not any(is_layer(s) for s in spans if s not in (*ffts, *msms))
     assert sorted((s.attributes or {})[Attr.LAYER_INDEX] for s in (*ffts, *msms)) == \
         list(range(11))
     for name in (CliProverSpanName.GROTH16_READ, CliProverSpanName.GROTH16_QAP,
@@ -175,6 +180,10 @@ def test_plonk_rounds_steps_ffts_and_msms(snarkjs: LineRules) -> None:
         ["A", "B", "C", "Z", "T1", "T2", "T3", "Wxi", "Wxiw"]
     ffts = by_phase(spans, CliProverSpanName.PLONK_FFT)
     assert len(ffts) == 10
+    assert [(s.attributes or {})[Attr.LAYER_KIND] for s in (*msms, *ffts)] == \
+        [LayerKind.MSM.value] * 9 + [LayerKind.FFT.value] * 10
+    assert sorted((s.attributes or {})[Attr.LAYER_INDEX] for s in (*msms, *ffts)) == \
+        list(range(19))
     ids = {s.context.span_id: s for s in spans if s.context is not None}
     for s in (*msms, *ffts):  # MSM/FFT → step → round → proof
         assert s.parent is not None
@@ -300,8 +309,8 @@ def test_snarkjs_preset_never_raises_on_arbitrary_output(lines: list[bytes]) -> 
     ("[[line]]\nname='a'\nstart='('\nend='y'\n", "[[line]] #0.start: bad regex"),
     ("[[line]]\nname='a'\nstart='x'\n", "needs end or until_next"),
     ("[[line]]\nname='a'\nstart='x'\nend='y'\ncapture={g='a.g'}\n", "capture group 'g'"),
-    ("[[line]]\nname='a'\nstart='x'\nend='y'\nlayer=true\nlayer_kind='MSM'\n",
-     "'MSM' is not a layer kind"),
+    ("[[line]]\nname='a'\nstart='x'\nend='y'\nlayer=true\nlayer_kind='Msm'\n",
+     "'Msm' is not a layer kind"),
     ("[[line]]\nevent='x'\n", "needs a name"),
     ("[[line]]\nname='a'\nevent='x'\nstart='y'\n", "one of start, event or match"),
     ("[[line]]\nmatch='x'\n", "needs set or capture"),

@@ -16,6 +16,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import rerun as rr
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from opentelemetry.sdk.trace import Event, ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -35,6 +37,7 @@ from otel_proofscope.rerun.translate import (
     ROUNDS,
     TRAIL,
     claim_fingerprint,
+    is_layer,
 )
 from otel_proofscope.semconv import (
     LAYER_KIND_COLOURS,
@@ -333,6 +336,52 @@ def test_malformed_and_foreign_spans_are_counted_not_fatal(tmp_path: Path) -> No
     assert labels[http] == [labels[http][0]]  # alone in its trace
 
 
+def test_a_span_with_layer_attributes_is_a_layer_under_its_own_name(tmp_path: Path) -> None:
+    # What `proofscope run --map snarkjs` emits: groth16.fft / groth16.msm phases that
+    # keep their names and carry proof.layer.index + proof.layer.kind.
+    t0 = 1_700_000_000_000_000_000
+    ms = 1_000_000
+    phases = [("groth16.fft", LayerKind.FFT, 3 * ms), ("groth16.msm", LayerKind.MSM, 7 * ms),
+              ("groth16.msm", LayerKind.MSM, 5 * ms)]
+    spans = [ReadableSpan(name=SpanName.PROOF, context=_ctx(span_id=1), attributes={
+        Attr.PROOF_SYSTEM: "groth16"}, start_time=t0, end_time=t0 + 100 * ms)]
+    t = t0 + ms
+    for i, (name, kind, took) in enumerate(phases):
+        spans.append(ReadableSpan(name=name, context=_ctx(span_id=10 + i), attributes={
+            Attr.LAYER_INDEX: i, Attr.LAYER_KIND: kind.value}, start_time=t,
+            end_time=t + took))
+        t += took
+    # Not layers: one attribute alone, and a contract span keeps its own role.
+    spans.append(_span("groth16.qap", {Attr.LAYER_INDEX: 7}, ctx=_ctx(span_id=30), start=t))
+    spans.append(_span(SpanName.WEIGHT_OPENING, {Attr.LAYER_INDEX: 8,
+                                                Attr.LAYER_KIND: LayerKind.MSM.value},
+                       ctx=_ctx(span_id=31), start=t))
+    assert [is_layer(s) for s in spans] == [False, True, True, True, False, False]
+    rec = export(tmp_path / "named.rrd", [spans])
+    assert DROPS.total() == 0
+    p = f"{0xABCDEF:032x}"[:8]
+    node_rows = rec.rows(f"/{NODES}")
+    assert sorted(r.times[LAYER] for r in node_rows) == [0, 0, 1, 1, 2, 2]
+    labels = [r.values["Points3D:labels"][0] for r in node_rows]
+    assert sum(lb.startswith("groth16.fft [0]") and "proved" in lb for lb in labels) == 1
+    assert sum(lb.startswith("groth16.msm [") and "proved" in lb for lb in labels) == 2
+    colours = {r.times[LAYER]: r.values["Points3D:colors"][0] >> 8 for r in node_rows
+               if "proved" not in r.values["Points3D:labels"][0]}
+    assert colours == {0: LAYER_KIND_COLOURS[LayerKind.FFT],
+                       1: LAYER_KIND_COLOURS[LayerKind.MSM], 2: LAYER_KIND_COLOURS[LayerKind.MSM]}
+    # Per-kind time: the measured durations, one bar per phase, MSM apart from FFT.
+    [[fft]] = rec.values(f"/proof/layer_seconds/{p}/FFT", "BarChart:values")
+    [[msm]] = rec.values(f"/proof/layer_seconds/{p}/MSM", "BarChart:values")
+    assert fft["buffer"] == pytest.approx([0.003, 0.0, 0.0])
+    assert msm["buffer"] == pytest.approx([0.0, 0.007, 0.005])
+    assert not any("/layer_seconds/" in path and path.endswith("/Unknown")
+                   for path in rec.paths())
+    texts = [r.values["TextLog:text"][0] for r in rec.rows(f"/logs/gkr/{p}")]
+    assert any(tx.startswith("[1] proved groth16.msm in 7.0") for tx in texts)
+    proof_logs = [r.values["TextLog:text"][0] for r in rec.rows(f"/logs/proof/{p}")]
+    assert any("span groth16.qap" in tx for tx in proof_logs)
+
+
 def test_witness_data_only_when_enabled(tmp_path: Path) -> None:
     instrumentation.set_capture_witness(True)
     spans = record(witness=True)
@@ -459,3 +508,35 @@ def test_circuit_backbone_rows_do_not_depend_on_arrival_order(order: str) -> Non
     proof = next(s for s in spans if s.name == SpanName.PROOF)
     circuit = next(s for s in spans if s.name == SpanName.CIRCUIT_COMPILE)
     assert sorted(times) == [proof.start_time, circuit.end_time]
+
+
+_ANY_VALUE = st.one_of(st.none(), st.booleans(), st.integers(-5, 1 << 22),
+                       st.floats(allow_nan=True), st.text(max_size=8),
+                       st.sampled_from([k.value for k in LayerKind]))
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(
+    st.one_of(st.sampled_from([SpanName.LAYER, SpanName.WEIGHT_OPENING, "groth16.msm",
+                               "plonk.fft"]),
+              st.text(max_size=12).filter(lambda n: not n.startswith("proof"))),
+    st.dictionaries(st.sampled_from([Attr.LAYER_INDEX, Attr.LAYER_KIND, Attr.SUMCHECK_ROUNDS]),
+                    _ANY_VALUE)), max_size=8))
+def test_any_name_with_any_layer_attributes_is_drawn_or_counted(
+        plans: list[tuple[str, dict[str, object]]]) -> None:
+    # A proof span first, so foreign spans have a known proof to be logged in.
+    from otel_proofscope.rerun.columns import Frame
+    from otel_proofscope.rerun.model import ProofRegistry
+    from otel_proofscope.rerun.translate import SpanTranslator
+
+    spans = [_span(SpanName.PROOF, {}, ctx=_ctx(span_id=1))]
+    spans += [_span(name, {k: v for k, v in attrs.items() if v is not None},
+                    ctx=_ctx(span_id=2 + i)) for i, (name, attrs) in enumerate(plans)]
+    issues = SpanTranslator(ProofRegistry()).translate(spans, Frame())
+    assert issues.errors == []
+    layers = sum(is_layer(s) for s in spans)
+    known = sum(s.name in (SpanName.PROOF, SpanName.WEIGHT_OPENING) or is_layer(s)
+                for s in spans)
+    assert issues.spans + issues.malformed_spans == known
+    assert issues.foreign_drawn == len(spans) - known
+    assert issues.spans >= known - layers  # only a layer can be unusable here

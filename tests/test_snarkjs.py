@@ -35,6 +35,7 @@ from otel_proofscope.semconv import (
     Attr,
     CliProverAttr,
     CliProverSpanName,
+    LayerKind,
     LineAttr,
     Metric,
     SpanName,
@@ -120,7 +121,7 @@ def attrs(item: dict[str, Any]) -> dict[str, Any]:
 
 
 def phase(span: dict[str, Any]) -> str:
-    return str(attrs(span).get(Attr.MAPPING_SOURCE_NAME, span["name"]))
+    return str(span["name"])  # log-line phases keep their own names
 
 
 def duration_ns(span: dict[str, Any]) -> int:
@@ -226,9 +227,15 @@ def test_groth16_prove_phases(circuit: Artefacts, groth16: Run) -> None:
         assert start <= int(s["startTimeUnixNano"]) <= int(s["endTimeUnixNano"]) <= end
         assert sa[Attr.PROOFSCOPE_TIMING] == Timing.LOG_ARRIVAL
         assert LineAttr.UNTERMINATED not in sa, phase(s)
-    # MSMs and FFTs are layers of the contract: the walk and per-kind time draw them.
+    # MSMs and FFTs keep their names (what Jaeger lists) and carry the layer attributes
+    # that make the walk and per-kind time draw them as layers.
     assert sorted(attrs(s)[Attr.LAYER_INDEX] for s in (*ffts, *msms)) == list(range(11))
-    assert {s["name"] for s in (*ffts, *msms)} == {SpanName.LAYER}
+    assert [s["name"] for s in ffts] == [CliProverSpanName.GROTH16_FFT] * 6
+    assert [s["name"] for s in msms] == [CliProverSpanName.GROTH16_MSM] * 5
+    assert [attrs(s)[Attr.LAYER_KIND] for s in ffts] == [LayerKind.FFT.value] * 6
+    assert [attrs(s)[Attr.LAYER_KIND] for s in msms] == [LayerKind.MSM.value] * 5
+    assert not any(Attr.MAPPING_SOURCE_NAME in attrs(s) for s in phases)
+    assert not any(s["name"] == SpanName.LAYER for s in groth16.spans())
     # Chunk progress as span events.
     assert all(any(e["name"] == "groth16.progress" for e in s.get("events", [])) for s in msms)
 
@@ -251,6 +258,11 @@ def test_groth16_metrics_and_rerun_show_the_phases(groth16: Run) -> None:
     layer_points = groth16.metric_points(Metric.PROOF_LAYER_DURATION.name)
     assert layer_points and all(attrs(p)[Attr.PROOF_SYSTEM] == "groth16" for p in layer_points)
     assert sum(int(p["count"]) for p in layer_points) == 11
+    by_kind: dict[str, int] = {}
+    for p in layer_points:  # MSM and FFT are kinds of their own in Grafana
+        kind = attrs(p)[Attr.LAYER_KIND]
+        by_kind[kind] = by_kind.get(kind, 0) + int(p["count"])
+    assert by_kind == {LayerKind.FFT.value: 6, LayerKind.MSM.value: 5}
     assert groth16.metric_points(Metric.PROOF_DURATION.name)
 
     from otel_proofscope.rerun import readback
@@ -263,10 +275,19 @@ def test_groth16_metrics_and_rerun_show_the_phases(groth16: Run) -> None:
     logs = [text for p in rec.paths() if p.startswith("/logs/gkr/")
             for row in rec.values(p, "TextLog:text") for text in row]
     assert sum("proved groth16.fft in" in t for t in logs) == 6
-    bars = [p for p in rec.paths() if p.startswith("/proof/layer_seconds/")]
-    assert bars
-    last = rec.values(bars[0], "BarChart:values")[-1]
-    assert len(last[0]["buffer"]) == 11 and all(v > 0 for v in last[0]["buffer"])
+    # Per-kind time: each MSM and FFT a bar of its measured duration, in its kind's chart.
+    kinds = {attrs(s)[Attr.LAYER_INDEX]: attrs(s)[Attr.LAYER_KIND]
+             for s in groth16.spans() if Attr.LAYER_INDEX in attrs(s)}
+    seconds = {attrs(s)[Attr.LAYER_INDEX]: duration_ns(s) / 1e9
+               for s in groth16.spans() if Attr.LAYER_INDEX in attrs(s)}
+    bars = sorted(p for p in rec.paths() if p.startswith("/proof/layer_seconds/"))
+    assert [b.rsplit("/", 1)[1] for b in bars] == [LayerKind.FFT.value, LayerKind.MSM.value]
+    for path in bars:
+        kind = path.rsplit("/", 1)[1]
+        [values] = rec.values(path, "BarChart:values")[-1]
+        assert values["buffer"] == pytest.approx(
+            [seconds[i] if kinds[i] == kind else 0.0 for i in range(11)], rel=1e-5)
+        assert all(values["buffer"][i] > 0 for i in range(11) if kinds[i] == kind)
 
 
 def test_groth16_verify_ok_and_invalid(circuit: Artefacts, groth16: Run) -> None:
@@ -341,6 +362,9 @@ def test_plonk_prove_rounds(circuit: Artefacts) -> None:
     msms = run.phases(CliProverSpanName.PLONK_MSM)
     assert [attrs(s)[CliProverAttr.PLONK_MSM_GROUP] for s in msms] == \
         ["A", "B", "C", "Z", "T1", "T2", "T3", "Wxi", "Wxiw"]
+    assert {attrs(s)[Attr.LAYER_KIND] for s in msms} == {LayerKind.MSM.value}
+    ffts = run.phases(CliProverSpanName.PLONK_FFT)
+    assert ffts and {attrs(s)[Attr.LAYER_KIND] for s in ffts} == {LayerKind.FFT.value}
     # As a user types it: npx, from the folder that has snarkjs installed.
     verify = proofscope_run(d / "plonk-verify", ["npx", "snarkjs", "plonk", "verify",
                                                  d / "plonk.vk.json", d / "ppublic.json",

@@ -599,15 +599,12 @@ class LineEngine:
             parent = next((o for o in reversed(self._open) if o.name == rule.parent), None)
         attrs[Attr.PROOFSCOPE_TIMING] = Timing.LOG_ARRIVAL
         attrs[Attr.MAPPING_RULES] = self.rules.label
-        span_name = name
-        if rule.layer:  # drawn on the walk and counted per kind, like any layer
-            span_name = SpanName.LAYER
-            attrs[Attr.MAPPING_SOURCE_NAME] = name
+        if rule.layer:  # keeps its name; the layer attributes put it on the walk
             attrs[Attr.LAYER_INDEX] = self._layers
             attrs[Attr.LAYER_KIND] = rule.layer_kind
             self._layers += 1
         ctx = trace.set_span_in_context(parent.span if parent else self.root)
-        span = self._tracer.start_span(span_name, context=ctx, attributes=attrs,
+        span = self._tracer.start_span(name, context=ctx, attributes=attrs,
                                        start_time=t + self._offset)
         opened = _Open(rule, name, key, span, t, parent)
         self._open.append(opened)

@@ -34,6 +34,8 @@ KIND_Y: dict[str, float] = {
     LayerKind.EMBEDDING.value: -2.5,
     LayerKind.DEQUANTIZE.value: -1.8,
     LayerKind.QUANTIZE.value: -1.8,
+    LayerKind.MSM.value: 1.0,
+    LayerKind.FFT.value: -1.0,
 }
 
 # 0xRRGGBBAA

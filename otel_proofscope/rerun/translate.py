@@ -97,6 +97,17 @@ _STATS = (Attr.ACTIVATION_MEAN, Attr.ACTIVATION_STD_DEV, Attr.ACTIVATION_MIN,
           Attr.ACTIVATION_MAX, Attr.ACTIVATION_SPARSITY)
 
 
+def is_layer(span: ReadableSpan) -> bool:
+    """A layer on the walk: a ``proof.layer`` span, or any span that carries the layer
+    attributes (``proof.layer.index`` and ``proof.layer.kind``) under its own name, as a
+    CLI prover's ``groth16.msm`` does (``layer = true`` in its log-line preset)."""
+    name = getattr(span, "name", None)
+    if name in _OURS:  # a contract span keeps its own role
+        return bool(name == SpanName.LAYER)
+    a = getattr(span, "attributes", None) or {}
+    return Attr.LAYER_INDEX in a and Attr.LAYER_KIND in a
+
+
 @dataclass
 class Issues:
     """What a batch could not draw as given (the sink counts these in DROPS)."""
@@ -226,7 +237,8 @@ class SpanTranslator:
         ours: list[ReadableSpan] = []
         foreign: list[ReadableSpan] = []
         for span in spans:
-            (ours if getattr(span, "name", None) in _OURS else foreign).append(span)
+            (ours if getattr(span, "name", None) in _OURS or is_layer(span)
+             else foreign).append(span)
         # Deterministic row order whatever the arrival order within a batch.
         ours.sort(key=lambda s: (_times(s), s.name))
         touched: dict[int, ProofModel] = {}
@@ -374,7 +386,7 @@ class SpanTranslator:
               witness: bool, rounds: _Rounds) -> bool:
         name = span.name
         events: Sequence[Event] = span.events
-        if name == SpanName.LAYER:
+        if is_layer(span):
             rounds.others = []
             if not self._layer(span, model, frame, issues, witness, rounds):
                 return False
@@ -421,7 +433,7 @@ class SpanTranslator:
         _, end = _times(span)
         p = model.key
         layer: int | None = None
-        if span.name == SpanName.LAYER:
+        if is_layer(span):
             layer = _int(a, Attr.LAYER_INDEX)
             if layer is not None and layer > MAX_LAYER_INDEX:
                 layer = None
@@ -573,8 +585,9 @@ class SpanTranslator:
         p = model.key
         pos = layout.node_position(index, kind, model.offset)
         radius = layout.node_radius(cost)
-        # A mapped phase (groth16.msm from a CLI's log lines) is shown by its own name.
-        shown = _str(a, Attr.MAPPING_SOURCE_NAME) or kind
+        # A phase under its own name (groth16.msm), or renamed by mapping, is shown by it.
+        shown = _str(a, Attr.MAPPING_SOURCE_NAME) or (
+            span.name if span.name != SpanName.LAYER else kind)
         label = f"{shown} [{index}]"
         took = _ms(start, end, model.replayed)
         frame.point(NODES, start, Node(pos, layout.kind_rgba(kind), radius, f"{label} · {p}"),
