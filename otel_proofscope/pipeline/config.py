@@ -43,6 +43,11 @@ from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SpanExporter
 
 from otel_proofscope import instrumentation
 from otel_proofscope.instrumentation import ProofTracer
+from otel_proofscope.pipeline.deadline import (
+    ENV_SHUTDOWN_TIMEOUT,
+    parse_timeout,
+    set_shutdown_deadline,
+)
 from otel_proofscope.pipeline.drops import DROPS, DropLedger
 from otel_proofscope.pipeline.metric_export import CountingMetricExporter
 from otel_proofscope.pipeline.privacy import WitnessFilter
@@ -236,11 +241,17 @@ class Telemetry:
             budget = timeout_s if timeout_s is not None else self.shutdown_timeout_s
             start = time.monotonic()
             deadline = start + budget
+            # Exporters whose shutdown takes no timeout (Rerun) close within what is left.
+            set_shutdown_deadline(deadline)
             for stop in self._before_shutdown:
                 self._bounded(stop, min(deadline, time.monotonic() + budget / 4))
             # Metrics first: the final collection includes the last proof's durations.
+            # At most half the budget: a slow metric sink must leave the spans time to
+            # be sent, or counted (they were reported as delivered with none left).
+            metrics_deadline = min(deadline, time.monotonic() + budget / 2)
             self._bounded(lambda: self.meter_provider.shutdown(
-                timeout_millis=max(1, (deadline - time.monotonic()) * 1000)), deadline)
+                timeout_millis=max(1, (metrics_deadline - time.monotonic()) * 1000)),
+                metrics_deadline)
             for exporter in self.metric_exporters:
                 exporter.abandon()
             for processor in self.span_processors:
@@ -327,7 +338,10 @@ def configure(
             so open spans end (marked as errors) and the bounded shutdown runs at exit.
         set_global: install the providers globally (``get_tracer()`` then uses them).
     """
-    bound = shutdown_timeout_s or _env_float("PROOFSCOPE_SHUTDOWN_TIMEOUT", 3.0)
+    bound = parse_timeout(shutdown_timeout_s if shutdown_timeout_s is not None
+                          else os.environ.get(ENV_SHUTDOWN_TIMEOUT),
+                          name="shutdown_timeout_s" if shutdown_timeout_s is not None
+                          else ENV_SHUTDOWN_TIMEOUT)
     interval = metric_interval_s if metric_interval_s is not None else _env_float(
         "OTEL_METRIC_EXPORT_INTERVAL", 5000.0) / 1000
     capture = capture_witness if capture_witness is not None else bool(

@@ -27,6 +27,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from otel_proofscope import instrumentation
+from otel_proofscope.pipeline.deadline import parse_timeout, remaining
 from otel_proofscope.pipeline.drops import DROPS
 from otel_proofscope.rerun import sink as sinks
 from otel_proofscope.rerun.sink import SINK, RerunSink, Target, parse_target
@@ -58,11 +59,10 @@ def show_witness(explicit: bool | None) -> bool:
 
 def env_float(name: str, default: float) -> float:
     try:
-        value = float(os.environ.get(name, "") or default)
-    except ValueError:
-        _log.warning("%s is not a number; using %s", name, default)
+        return parse_timeout(os.environ.get(name), name=name, default=default)
+    except ValueError as exc:
+        _log.warning("%s; using %s", exc, default)
         return default
-    return value if value > 0 else default
 
 
 def _open(target: str | None, queue_size: int | None) -> tuple[Target, RerunSink | None]:
@@ -120,7 +120,7 @@ class RerunSpanExporter(SpanExporter):
             return
         self._closed = True
         if self.sink is not None:
-            sinks.release(self.sink, self._timeout)
+            sinks.release(self.sink, remaining(self._timeout))
 
 
 class RerunMetricExporter(MetricExporter):
@@ -165,4 +165,4 @@ class RerunMetricExporter(MetricExporter):
             return
         self._closed = True
         if self.sink is not None:
-            sinks.release(self.sink, min(self._timeout, timeout_millis / 1000))
+            sinks.release(self.sink, remaining(min(self._timeout, timeout_millis / 1000)))

@@ -46,6 +46,7 @@ from opentelemetry.sdk.metrics.view import Aggregation
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
+from otel_proofscope.pipeline.deadline import remaining
 from otel_proofscope.pipeline.drops import DROPS, DropLedger
 from otel_proofscope.pipeline.forking import after_fork_in_child
 from otel_proofscope.rerun.exporter import env_float, show_witness
@@ -442,7 +443,7 @@ class RerunProcessSpanExporter(SpanExporter):
             return
         self._closed = True
         if self.worker is not None:
-            release(self.worker, self._timeout)
+            release(self.worker, remaining(self._timeout))
 
 
 class RerunProcessMetricExporter(MetricExporter):
@@ -492,4 +493,4 @@ class RerunProcessMetricExporter(MetricExporter):
             return
         self._closed = True
         if self.worker is not None:
-            release(self.worker, min(self._timeout, timeout_millis / 1000))
+            release(self.worker, remaining(min(self._timeout, timeout_millis / 1000)))

@@ -22,7 +22,6 @@ import collections
 import contextlib
 import logging
 import os
-import socket
 import threading
 import time
 import uuid
@@ -43,8 +42,9 @@ from opentelemetry.sdk.trace import ReadableSpan
 
 from otel_proofscope.pipeline.drops import DROPS, DropLedger
 from otel_proofscope.pipeline.forking import after_fork_in_child
-from otel_proofscope.rerun import blueprint
+from otel_proofscope.rerun import blueprint, exit_guard
 from otel_proofscope.rerun.columns import Frame, Send
+from otel_proofscope.rerun.liveness import speaks_http2, tcp_accepts
 from otel_proofscope.rerun.model import GapTable, ProofRegistry
 from otel_proofscope.rerun.shared import SharedByTarget
 from otel_proofscope.rerun.translate import Issues, SpanTranslator
@@ -111,13 +111,8 @@ def parse_target(text: str | None) -> Target:
     return Target("grpc", url=url, host=parsed.hostname, port=port)
 
 
-def probe(host: str, port: int, timeout_s: float = 0.5) -> bool:
-    """Whether something accepts TCP connections at host:port."""
-    try:
-        with socket.create_connection((host, port), timeout=timeout_s):
-            return True
-    except OSError:
-        return False
+#: Whether something accepts TCP connections at host:port (kept for callers).
+probe = tcp_accepts
 
 
 @dataclass
@@ -180,6 +175,7 @@ class RerunSink:
         self._file_lock: int | None = None
         self._forked = False
         after_fork_in_child(self._after_fork_in_child)
+        exit_guard.install()
 
     def _after_fork_in_child(self) -> None:
         # A forked process inherits this sink but not its thread, and must not write to
@@ -278,6 +274,7 @@ class RerunSink:
                 return
             self._closed = True
             self._shutdown_timeout = max(timeout_s, 0.0)
+            exit_guard.extend_deadline(deadline)
             self._queue.append(_Item("stop", deadline))
             self._cond.notify()
             thread = self._thread
@@ -288,7 +285,10 @@ class RerunSink:
             lost = [i for i in self._queue if i.kind in ("spans", "metrics")]
             self._queue.clear()
             if stuck:
-                lost += self._in_flight
+                # Stuck in Rerun (a frozen viewer): what it was sending and what it sent
+                # since the last confirmation cannot be confirmed.
+                lost += self._in_flight + self._unconfirmed
+                self._unconfirmed = []
                 self._abandoned = True
                 # Let the worker exit once Rerun returns from its current call.
                 self._queue.append(_Item("stop", time.monotonic()))
@@ -504,15 +504,22 @@ class RerunSink:
             with contextlib.suppress(OSError):
                 os.close(fd)  # releases the lock
 
+    def _alive(self) -> bool:
+        # An HTTP/2 answer, not a TCP accept: a frozen viewer still accepts (liveness.py).
+        return speaks_http2(self.target.host, self.target.port)
+
     def _open_viewer(self, *, spawn: bool) -> str | None:
         t = self.target
-        if not probe(t.host, t.port):
+        if not self._alive():
+            if probe(t.host, t.port):
+                return (f"{t.host}:{t.port} accepts connections but does not answer "
+                        "gRPC (a frozen viewer, or not a Rerun server)")
             if not spawn:
                 return f"nothing listens on {t.host}:{t.port}"
             rr.spawn(port=t.port, connect=False, hide_welcome_screen=True,
                      recording=self._recording())
             deadline = time.monotonic() + self._connect_timeout
-            while not probe(t.host, t.port):
+            while not self._alive():
                 if time.monotonic() > deadline:
                     return f"the spawned viewer did not listen on port {t.port} within " \
                            f"{self._connect_timeout:.0f} s"
@@ -525,13 +532,13 @@ class RerunSink:
         if now - self._last_probe < self._probe_interval:
             return
         self._last_probe = now
-        if probe(self.target.host, self.target.port):
+        if self._alive():
             self._unconfirmed = []
             return
         lost, self._unconfirmed = self._unconfirmed, []
         for item in lost:
             self._lose_item(item, DropReason.SINK_UNAVAILABLE)
-        self._unavailable("the viewer stopped accepting connections")
+        self._unavailable("the viewer stopped answering")
 
     def _flush_rec(self, timeout_s: float) -> None:
         if self._rec is not None and self._available:
