@@ -286,6 +286,8 @@ class DropReason(StrEnum):
     INVALID = "invalid"
     SINK_UNAVAILABLE = "sink_unavailable"
     UNAUTHENTICATED = "unauthenticated"
+    #: A client that did not finish its request within the receiver's deadline.
+    TIMEOUT = "timeout"
 
 
 # ── metrics ──────────────────────────────────────────────────────────────────────────

@@ -12,6 +12,7 @@ from types import FrameType
 from typing import Any
 
 from otel_proofscope.integrations.otlp_receiver.core import DEFAULT_MAX_MESSAGE_BYTES
+from otel_proofscope.integrations.otlp_receiver.limits import DEFAULT_MAX_INFLIGHT_BYTES
 from otel_proofscope.integrations.otlp_receiver.server import (
     DEFAULT_GRPC_PORT,
     DEFAULT_HOST,
@@ -76,6 +77,11 @@ def register(sub: Any) -> None:
                    help=f"require 'Authorization: Bearer TOKEN' (default ${TOKEN_ENV})")
     p.add_argument("--max-message-bytes", type=_positive, default=DEFAULT_MAX_MESSAGE_BYTES,
                    metavar="N", help="reject larger requests (default %(default)s)")
+    p.add_argument("--max-inflight-bytes", type=_positive, default=None, metavar="N",
+                   help="request bytes received, decoded or exported at once; requests "
+                        "past it get 503 / RESOURCE_EXHAUSTED with a retry hint and are "
+                        f"counted (default {DEFAULT_MAX_INFLIGHT_BYTES}, at least twice "
+                        "--max-message-bytes)")
     p.add_argument("--rerun", default=None, metavar="TARGET",
                    help="spawn, file:PATH.rrd, rerun+http://HOST:PORT/proxy or off "
                         f"(default $PROOFSCOPE_RERUN, else file:{DEFAULT_RRD})")
@@ -118,7 +124,8 @@ def serve(args: argparse.Namespace) -> int:
     try:
         receiver = OtlpReceiver(span_exporters, metric_exporters, host=args.host,
                                 grpc_port=args.grpc_port, http_port=args.http_port,
-                                token=token, max_message_bytes=args.max_message_bytes)
+                                token=token, max_message_bytes=args.max_message_bytes,
+                                max_inflight_bytes=args.max_inflight_bytes)
     except OSError as exc:
         print(f"proofscope serve: cannot listen: {exc}", file=sys.stderr)
         for exp in [*span_exporters, *metric_exporters]:

@@ -24,7 +24,7 @@ from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult,
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from otel_proofscope.integrations.otlp_receiver import codec, convert
+from otel_proofscope.integrations.otlp_receiver import codec, convert, limits
 from otel_proofscope.pipeline.drops import DROPS, DropLedger
 from otel_proofscope.semconv import DropReason
 
@@ -56,6 +56,10 @@ class Outcome(StrEnum):
     UNAUTHENTICATED = "unauthenticated"
     UNSUPPORTED_MEDIA_TYPE = "unsupported_media_type"
     BUSY = "busy"
+    #: Past the in-flight byte budget: refused at once with a retry hint.
+    OVER_BUDGET = "over_budget"
+    #: The client did not finish sending its request within the deadline.
+    TIMEOUT = "timeout"
 
 
 _REASON = {
@@ -64,6 +68,8 @@ _REASON = {
     Outcome.UNAUTHENTICATED: REASON_UNAUTHENTICATED,
     Outcome.UNSUPPORTED_MEDIA_TYPE: DropReason.INVALID.value,
     Outcome.BUSY: REASON_BUSY,
+    Outcome.OVER_BUDGET: REASON_BUSY,
+    Outcome.TIMEOUT: DropReason.TIMEOUT.value,
 }
 
 
@@ -89,6 +95,8 @@ class Ingest:
                  max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
                  max_concurrent: int = DEFAULT_MAX_CONCURRENT,
                  admission_timeout_s: float = ADMISSION_TIMEOUT_S,
+                 max_inflight_bytes: int = limits.DEFAULT_MAX_INFLIGHT_BYTES,
+                 request_deadline_s: float = limits.DEFAULT_REQUEST_DEADLINE_S,
                  ledger: DropLedger = DROPS) -> None:
         if max_message_bytes <= 0:
             raise ValueError(f"max_message_bytes must be positive, got {max_message_bytes}")
@@ -102,6 +110,10 @@ class Ingest:
         self._token = f"Bearer {token}".encode() if token else None
         self._ledger = ledger
         self._admission = threading.BoundedSemaphore(max_concurrent)
+        if not request_deadline_s > 0:
+            raise ValueError(f"request_deadline_s must be positive, got {request_deadline_s}")
+        self.request_deadline_s = request_deadline_s
+        self.budget = limits.ByteBudget(max_inflight_bytes)
         # SDK exporters are not promised to be thread-safe; requests arrive concurrently.
         self._export_lock = threading.Lock()
         self._stats_lock = threading.Lock()
@@ -130,6 +142,15 @@ class Ingest:
 
     def release(self) -> None:
         self._admission.release()
+
+    def timed_out(self, signal: codec.Signal | None) -> None:
+        """Count a request closed at its deadline (``signal`` None: before its path)."""
+        name = requests_signal(signal) if signal is not None else "otlp_requests"
+        self._ledger.record(name, SINK, _REASON[Outcome.TIMEOUT])
+        if signal is not None:
+            self._count(signal, Outcome.TIMEOUT)
+        _log.info("closed an OTLP/HTTP request not finished within %.0f s",
+                  self.request_deadline_s)
 
     def reject(self, signal: codec.Signal, outcome: Outcome, message: str) -> Result:
         """Count a refused request and build its result."""

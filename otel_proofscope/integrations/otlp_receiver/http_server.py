@@ -22,12 +22,14 @@ from typing import Any
 from otel_proofscope.integrations.otlp_receiver import codec
 from otel_proofscope.integrations.otlp_receiver.core import Ingest, Outcome, Result
 from otel_proofscope.integrations.otlp_receiver.grpc_server import GRPC_CODE
+from otel_proofscope.integrations.otlp_receiver.limits import RETRY_AFTER_S, Watchdog
 
 _log = logging.getLogger("otel_proofscope.serve.http")
 
 #: A rejected body is read and discarded up to this multiple of the cap, then we hang up.
 DRAIN_FACTOR = 4
-#: Seconds a client may stall mid-request before its connection is closed.
+#: Seconds a keep-alive connection may sit idle between requests (a request itself has
+#: a whole-request deadline: Ingest.request_deadline_s).
 SOCKET_TIMEOUT_S = 15.0
 _CHUNK = 64 * 1024
 
@@ -38,6 +40,8 @@ HTTP_STATUS: dict[Outcome, HTTPStatus] = {
     Outcome.UNAUTHENTICATED: HTTPStatus.UNAUTHORIZED,
     Outcome.UNSUPPORTED_MEDIA_TYPE: HTTPStatus.UNSUPPORTED_MEDIA_TYPE,
     Outcome.BUSY: HTTPStatus.SERVICE_UNAVAILABLE,
+    Outcome.OVER_BUDGET: HTTPStatus.SERVICE_UNAVAILABLE,
+    Outcome.TIMEOUT: HTTPStatus.REQUEST_TIMEOUT,
 }
 
 
@@ -51,6 +55,7 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
     block_on_close = False
     ingest: Ingest
+    watchdog: Watchdog
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         # socketserver prints a traceback to stderr; a client that resets or stalls is
@@ -70,9 +75,41 @@ class _Handler(BaseHTTPRequestHandler):
     sys_version = ""
     timeout = SOCKET_TIMEOUT_S
     _body_read = False
+    _deadline: int | None = None
+    _timed_out = False
 
     def log_message(self, format: str, *args: Any) -> None:
         _log.debug("%s %s", self.address_string(), format % args)
+
+    # ── whole-request deadline ──────────────────────────────────────────────────────
+
+    def parse_request(self) -> bool:
+        # The request line has arrived: headers and body must follow within the deadline
+        # (a per-read timeout lets a client drip one byte at a time forever).
+        ingest = self.server.ingest
+        self._timed_out = False
+        self._deadline = self.server.watchdog.arm(self.connection, ingest.request_deadline_s,
+                                                  self._expire)
+        return super().parse_request()
+
+    def _expire(self) -> None:
+        self._timed_out = True
+        self.close_connection = True
+        path = getattr(self, "path", "") or ""
+        self.server.ingest.timed_out(codec.PATHS.get(path.split("?", 1)[0]))
+
+    def handle_one_request(self) -> None:
+        try:
+            super().handle_one_request()
+        except OSError:
+            if not self._timed_out:
+                raise
+        finally:
+            if self._deadline is not None:
+                self.server.watchdog.disarm(self._deadline)
+                self._deadline = None
+            if self._timed_out:
+                self.close_connection = True
 
     # ── verbs ───────────────────────────────────────────────────────────────────────
 
@@ -101,21 +138,40 @@ class _Handler(BaseHTTPRequestHandler):
                                        f"Content-Encoding {content_encoding!r} is not "
                                        "supported; use gzip or none"), encoding)
             return
-        if not ingest.admit():
-            self._reject(ingest.reject(signal, Outcome.BUSY, "receiver busy, retry later"),
-                         encoding)
+        cap = ingest.max_message_bytes
+        declared = _declared_length(self.headers.get("Content-Length"))
+        reserved = min(declared, cap) if declared is not None else cap
+        if content_encoding == "gzip":
+            reserved += cap  # the inflated copy
+        if not ingest.budget.reserve(reserved):
+            self._reject(ingest.reject(signal, Outcome.OVER_BUDGET,
+                                       f"receiver over its in-flight byte budget "
+                                       f"({ingest.budget.limit} bytes), retry later"), encoding)
             return
         try:
+            # The body arrives with no shared slot held: a slow client holds only its
+            # own thread and its share of the byte budget, until its deadline.
             try:
-                body = self._read_body(ingest.max_message_bytes)
+                body = self._read_body(cap)
                 if content_encoding == "gzip":
-                    body = _gunzip(body, ingest.max_message_bytes)
+                    body = _gunzip(body, cap)
             except _BodyError as exc:
+                if self._timed_out:
+                    return  # counted as timeout; the connection is gone
                 self._reject(ingest.reject(signal, exc.outcome, str(exc)), encoding)
                 return
-            result = ingest.handle(signal, body, encoding)
+            if self._timed_out:
+                return
+            if not ingest.admit():
+                self._reject(ingest.reject(signal, Outcome.BUSY, "receiver busy, retry later"),
+                             encoding)
+                return
+            try:
+                result = ingest.handle(signal, body, encoding)
+            finally:
+                ingest.release()
         finally:
-            ingest.release()
+            ingest.budget.release(reserved)
         if result.outcome is Outcome.OK and result.response is not None:
             self._send(HTTPStatus.OK, codec.encode(result.response, encoding), encoding.value)
         else:
@@ -217,8 +273,8 @@ class _Handler(BaseHTTPRequestHandler):
         extra: dict[str, str] = {}
         if result.outcome is Outcome.UNAUTHENTICATED:
             extra["WWW-Authenticate"] = 'Bearer realm="proofscope"'
-        elif result.outcome is Outcome.BUSY:
-            extra["Retry-After"] = "1"
+        elif result.outcome in (Outcome.BUSY, Outcome.OVER_BUDGET):
+            extra["Retry-After"] = str(RETRY_AFTER_S)
         self._send(status, body, encoding.value, extra)
 
     def _plain(self, status: HTTPStatus, text: str, headers: dict[str, str] | None = None
@@ -239,6 +295,13 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(body)
+
+
+def _declared_length(raw: str | None) -> int | None:
+    try:
+        return max(0, int(raw)) if raw is not None else None
+    except ValueError:
+        return None
 
 
 def _gunzip(body: bytes, cap: int) -> bytes:
@@ -263,6 +326,7 @@ class HttpReceiver:
         cls = _IPv6Server if ":" in host else _Server
         self._server = cls((host, port), _Handler)
         self._server.ingest = ingest
+        self._server.watchdog = Watchdog()
         self.host = host
         self.port: int = self._server.server_address[1]
         self._thread: threading.Thread | None = None
@@ -279,6 +343,7 @@ class HttpReceiver:
         self._thread.start()
 
     def stop(self, timeout_s: float = 2.0) -> None:
+        self._server.watchdog.stop()
         if self._thread is not None:
             self._server.shutdown()
             self._thread.join(timeout_s)
