@@ -143,7 +143,8 @@ class RerunSink:
 
     def __init__(self, target: Target, *, queue_size: int = DEFAULT_QUEUE,
                  probe_interval_s: float = 1.0, retry_interval_s: float = 5.0,
-                 connect_timeout_s: float = 5.0, ledger: DropLedger = DROPS) -> None:
+                 connect_timeout_s: float = 5.0, write_timeout_s: float = 5.0,
+                 ledger: DropLedger = DROPS) -> None:
         if queue_size < 1:
             raise ValueError("queue_size must be >= 1")
         self.target = target
@@ -152,6 +153,7 @@ class RerunSink:
         self._probe_interval = probe_interval_s
         self._retry_interval = retry_interval_s
         self._connect_timeout = connect_timeout_s
+        self._write_timeout = write_timeout_s
         self._ledger = ledger
         self._queue: collections.deque[_Item] = collections.deque()
         self._queued = 0
@@ -402,6 +404,10 @@ class RerunSink:
             return  # close() gave up on us and counted these
         self._send(frame.sends())
         self.stats.batches += 1
+        if self.target.kind == "file" and not self._written():
+            for item in items:
+                self._lose_item(item, DropReason.SINK_UNAVAILABLE)
+            return
         if self.target.kind in ("grpc", "spawn"):
             self._unconfirmed += items
             self._check_alive()
@@ -526,6 +532,26 @@ class RerunSink:
                 time.sleep(0.1)
         self._recording().connect_grpc(t.url, default_blueprint=blueprint.build())
         return None
+
+    def _written(self) -> bool:
+        """Whether this batch reached the file. Rerun's file writer only logs a failed
+        write (a full disk: ``No space left on device``) and stops; its flush then
+        times out. So every batch is flushed, and the first failure marks the file
+        unavailable for good: that batch and everything after it is counted lost."""
+        rec = self._rec
+        assert rec is not None
+        try:
+            rec.flush(timeout_sec=self._write_timeout)
+            return True
+        except Exception as exc:
+            path = Path(self.target.path)
+            try:
+                full = os.statvfs(path.parent).f_bavail == 0
+            except OSError:
+                full = False
+            why = "no space left on device" if full else f"the file writer stopped ({exc})"
+            self._unavailable(f"writing {path} failed: {why}")
+            return False
 
     def _check_alive(self) -> None:
         now = time.monotonic()
