@@ -49,6 +49,7 @@ from otel_proofscope.pipeline.deadline import (
     set_shutdown_deadline,
 )
 from otel_proofscope.pipeline.drops import DROPS, DropLedger
+from otel_proofscope.pipeline.fork_exit import flush_forked_children
 from otel_proofscope.pipeline.metric_export import CountingMetricExporter
 from otel_proofscope.pipeline.privacy import WitnessFilter
 from otel_proofscope.pipeline.processor import BoundedBatchSpanProcessor, SpanLimitAccounting
@@ -241,32 +242,43 @@ class Telemetry:
             budget = timeout_s if timeout_s is not None else self.shutdown_timeout_s
             start = time.monotonic()
             deadline = start + budget
-            # Exporters whose shutdown takes no timeout (Rerun) close within what is left.
+            # Exporters whose shutdown takes no timeout (Rerun) close within what is left;
+            # cleared afterwards, or a later pipeline in this process would inherit it.
             set_shutdown_deadline(deadline)
-            for stop in self._before_shutdown:
-                self._bounded(stop, min(deadline, time.monotonic() + budget / 4))
-            # Metrics first: the final collection includes the last proof's durations.
-            # At most half the budget: a slow metric sink must leave the spans time to
-            # be sent, or counted (they were reported as delivered with none left).
-            metrics_deadline = min(deadline, time.monotonic() + budget / 2)
-            self._bounded(lambda: self.meter_provider.shutdown(
-                timeout_millis=max(1, (metrics_deadline - time.monotonic()) * 1000)),
-                metrics_deadline)
-            for exporter in self.metric_exporters:
-                exporter.abandon()
-            for processor in self.span_processors:
-                processor.shutdown(int(max(0.0, deadline - time.monotonic()) * 1000))
-            for close in self._closers:
-                try:
-                    close()
-                except Exception as exc:
-                    _log.debug("closer raised %r", exc)
+            # A second SIGTERM (an impatient supervisor) must not abort the accounting
+            # half way: the bound already guarantees a prompt exit.
+            restore = _hold_sigterm()
+            try:
+                self._close_all(budget, deadline)
+            finally:
+                set_shutdown_deadline(None)
+                restore()
             elapsed = time.monotonic() - start
             self._report = self._make_report(budget, elapsed > budget)
             if self._report.dropped:
                 for line in self._report.drop_lines:
                     _log.warning("%s", line)
             return self._report
+
+    def _close_all(self, budget: float, deadline: float) -> None:
+        for stop in self._before_shutdown:
+            self._bounded(stop, min(deadline, time.monotonic() + budget / 4))
+        # Metrics first: the final collection includes the last proof's durations.
+        # At most half the budget: a slow metric sink must leave the spans time to
+        # be sent, or counted (they were reported as delivered with none left).
+        metrics_deadline = min(deadline, time.monotonic() + budget / 2)
+        self._bounded(lambda: self.meter_provider.shutdown(
+            timeout_millis=max(1, (metrics_deadline - time.monotonic()) * 1000)),
+            metrics_deadline)
+        for exporter in self.metric_exporters:
+            exporter.abandon()
+        for processor in self.span_processors:
+            processor.shutdown(int(max(0.0, deadline - time.monotonic()) * 1000))
+        for close in self._closers:
+            try:
+                close()
+            except Exception as exc:
+                _log.debug("closer raised %r", exc)
 
     @staticmethod
     def _bounded(fn: Any, deadline: float) -> None:
@@ -472,9 +484,16 @@ def configure(
         metric_exporters=counted, shutdown_timeout_s=bound, out_dir=used_dir,
         witness_filters=witness_filters, _closers=closers)
     atexit.register(telemetry.shutdown)
+    flush_forked_children(telemetry)
     if handle_sigterm:
         _sigterm_to_exit()
     return telemetry
+
+
+def _terminate(signum: int, _frame: object) -> None:
+    # Unwinds the prover: open spans end with status ERROR, then atexit flushes
+    # within the shutdown bound. 128 + 15 is the conventional exit code.
+    raise SystemExit(128 + signum)
 
 
 def _sigterm_to_exit() -> None:
@@ -482,13 +501,22 @@ def _sigterm_to_exit() -> None:
         return
     if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
         return  # the application has its own handler; leave it alone
+    signal.signal(signal.SIGTERM, _terminate)
 
-    def terminate(signum: int, _frame: object) -> None:
-        # Unwinds the prover: open spans end with status ERROR, then atexit flushes
-        # within the shutdown bound. 128 + 15 is the conventional exit code.
-        raise SystemExit(128 + signum)
 
-    signal.signal(signal.SIGTERM, terminate)
+def _hold_sigterm() -> Any:
+    """While the bounded shutdown runs, a SIGTERM that would raise SystemExit (ours) is
+    logged instead; returns the function that restores the handler."""
+    if threading.current_thread() is not threading.main_thread() \
+            or signal.getsignal(signal.SIGTERM) is not _terminate:
+        return lambda: None
+
+    def noted(signum: int, _frame: object) -> None:
+        _log.warning("SIGTERM during the bounded shutdown: finishing it (at most the "
+                     "shutdown bound) so that every span is exported or counted")
+
+    signal.signal(signal.SIGTERM, noted)
+    return lambda: signal.signal(signal.SIGTERM, _terminate)
 
 
 def _prometheus_reader(port: int, closers: list[Any]) -> MetricReader:
