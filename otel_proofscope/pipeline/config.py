@@ -51,7 +51,7 @@ from otel_proofscope.pipeline.deadline import (
 from otel_proofscope.pipeline.drops import DROPS, DropLedger
 from otel_proofscope.pipeline.fork_exit import flush_forked_children
 from otel_proofscope.pipeline.metric_export import CountingMetricExporter
-from otel_proofscope.pipeline.privacy import WitnessFilter
+from otel_proofscope.pipeline.privacy import Local, WitnessFilter
 from otel_proofscope.pipeline.processor import BoundedBatchSpanProcessor, SpanLimitAccounting
 from otel_proofscope.version import __version__
 
@@ -165,6 +165,8 @@ class ShutdownReport:
     rejected: int
     witness_events_withheld: int
     timed_out: bool
+    #: Witness events each filtered sink withheld (never counted as exported there).
+    witness_by_sink: dict[str, int] = field(default_factory=dict)
 
     def lines(self) -> list[str]:
         out = []
@@ -178,7 +180,10 @@ class ShutdownReport:
         if self.rejected:
             out.append(f"rejected bad input: {self.rejected} (see proofscope.rejected)")
         if self.witness_events_withheld:
-            out.append(f"witness events kept out of OTLP: {self.witness_events_withheld}")
+            per_sink = ", ".join(f"{k}: {n}" for k, n in sorted(self.witness_by_sink.items())
+                                 if n)
+            out.append(f"witness events kept out of OTLP: {self.witness_events_withheld} "
+                       f"({per_sink})")
         if self.timed_out:
             out.append(f"shutdown hit its {self.duration_s:.1f} s bound")
         return out
@@ -291,10 +296,15 @@ class Telemetry:
 
         delivered = {p.sink: p.stats.delivered(self.ledger, p.sink)
                      for p in self.span_processors}
+        withheld: dict[str, int] = {}
+        for f in self.witness_filters:
+            withheld[f.sink] = withheld.get(f.sink, 0) + f.withheld_events
         return ShutdownReport(
             duration_s=budget,
             spans_exported={sink: d[0] for sink, d in delivered.items()},
-            events_exported={sink: d[1] for sink, d in delivered.items()},
+            events_exported={sink: max(0, d[1] - withheld.get(sink, 0))
+                             for sink, d in delivered.items()},
+            witness_by_sink=withheld,
             metric_points_exported={e.sink: e.delivered() for e in self.metric_exporters},
             dropped=self.ledger.total(),
             drop_lines=self.ledger.summary_lines(),
@@ -344,6 +354,8 @@ def configure(
         shutdown_timeout_s: bound on ``shutdown()`` and on process exit
             (``PROOFSCOPE_SHUTDOWN_TIMEOUT``, default 3 s).
         span_exporters / metric_readers: extra ``(sink_name, exporter)`` pairs / readers.
+            Witness events are filtered out of these too unless ``export_witness``, or
+            the exporter is wrapped in :func:`otel_proofscope.pipeline.privacy.local`.
         max_queue_size: spans queued per sink before new ones are dropped and counted
             (``PROOFSCOPE_MAX_QUEUE``, default 8192: bounds memory with a dead collector).
         handle_sigterm: when SIGTERM has its default action, turn it into ``SystemExit``
@@ -389,7 +401,7 @@ def configure(
 
     def add_spans(sink: str, exporter: SpanExporter, local: bool = False) -> None:
         if not local and not export_w:
-            exporter = WitnessFilter(exporter)
+            exporter = WitnessFilter(exporter, sink)
             witness_filters.append(exporter)
         proc = BoundedBatchSpanProcessor(exporter, sink=sink, max_queue_size=queue_size)
         tracer_provider.add_span_processor(proc)
@@ -465,7 +477,9 @@ def configure(
         else:
             add_metrics(name, _entry_point("opentelemetry_metrics_exporter", name)())
     for sink, exporter in span_exporters:
-        add_spans(sink, exporter, local=True)
+        # Filtered unless the caller opted in with privacy.local(): an extra exporter
+        # (a backup collector) may well leave the process.
+        add_spans(sink, exporter, local=isinstance(exporter, Local))
     if prometheus_port is not None:
         readers.append(_prometheus_reader(prometheus_port, closers))
 

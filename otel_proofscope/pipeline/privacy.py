@@ -1,8 +1,11 @@
 """Keeps witness data (activations, attention scores) out of OTLP unless opted in.
 
-The filter wraps the network/file span exporters. Witness events are a prover's
-secret, so they are removed before encoding; the local Rerun exporter is not wrapped
-and may show them when capture is enabled.
+The filter wraps every span exporter that ``configure()`` builds or is given, so that
+witness events (a prover's secret) are removed before encoding, whatever the sink. Only
+the Rerun exporter ``configure()`` builds itself, and exporters the caller marks with
+:func:`local` (an explicit opt-in: the exporter keeps data in this process), see them
+unfiltered. Each filter counts what it withheld for its own sink; those events are
+never counted as exported.
 """
 
 from __future__ import annotations
@@ -37,9 +40,34 @@ def strip_witness(span: ReadableSpan) -> ReadableSpan:
     )
 
 
-class WitnessFilter(SpanExporter):
+class Local(SpanExporter):
+    """An exporter the caller declared local (see :func:`local`); delegates everything."""
+
     def __init__(self, inner: SpanExporter) -> None:
         self.inner = inner
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        return self.inner.export(spans)
+
+    def shutdown(self) -> None:
+        self.inner.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        return self.inner.force_flush(timeout_millis)
+
+
+def local(exporter: SpanExporter) -> Local:
+    """Mark ``exporter`` as keeping spans inside this process (an in-memory exporter in a
+    test, a local view): ``configure(span_exporters=[(name, local(exp))])`` then hands it
+    witness events when they are captured. Anything else passed to ``configure`` is
+    filtered, since it may leave the process."""
+    return exporter if isinstance(exporter, Local) else Local(exporter)
+
+
+class WitnessFilter(SpanExporter):
+    def __init__(self, inner: SpanExporter, sink: str = "") -> None:
+        self.inner = inner
+        self.sink = sink
         self.withheld_events = 0
         self._lock = threading.Lock()
 
