@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import dataclasses
 import logging
 import os
 import threading
@@ -42,7 +43,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 
 from otel_proofscope.pipeline.drops import DROPS, DropLedger
 from otel_proofscope.pipeline.forking import after_fork_in_child
-from otel_proofscope.rerun import blueprint, exit_guard
+from otel_proofscope.rerun import blueprint, exit_guard, span_guard
 from otel_proofscope.rerun.columns import Frame, Send
 from otel_proofscope.rerun.liveness import speaks_http2, tcp_accepts
 from otel_proofscope.rerun.model import GapTable, ProofRegistry
@@ -173,6 +174,7 @@ class RerunSink:
         self._unconfirmed: list[_Item] = []
         self._warned_unavailable = False
         self._warned_translate = False
+        self._warned_poison = False
         self._shutdown_timeout = 3.0
         self._file_lock: int | None = None
         self._forked = False
@@ -385,16 +387,55 @@ class RerunSink:
                 with self._cond:
                     self._in_flight = []
 
-    def _process(self, items: list[_Item]) -> None:
+    def _screen(self, items: list[_Item]) -> None:
+        """Refuse undrawable spans one by one (counted invalid), in place."""
+        for item in items:
+            ok, bad, why = span_guard.split(item.payload)
+            if not bad:
+                continue
+            events = sum(span_guard.event_count(s) for s in bad)
+            self._lose_spans(len(bad), events, DropReason.INVALID)
+            item.payload, item.n, item.events = ok, item.n - len(bad), item.events - events
+            if not self._warned_poison:
+                self._warned_poison = True
+                _log.warning("rerun: refused %d span(s) that cannot be drawn (counted as "
+                             "invalid; the rest of the batch is drawn): %s", len(bad), why)
+
+    def _translate_spans(self, spans: list[ReadableSpan],
+                         witness: bool) -> tuple[Issues, list[Send]]:
         frame = Frame()
+        try:
+            issues = self.spans.translate(spans, frame, witness=witness)
+            return issues, frame.sends()
+        except Exception as exc:
+            # Something the screen did not foresee: isolate it span by span, so one bad
+            # span costs only itself.
+            _log.debug("rerun: batch translation failed (%r); retrying span by span", exc)
+        merged = Issues()
+        sends: list[Send] = []
+        for span in spans:
+            one = Frame()
+            try:
+                got = self.spans.translate([span], one, witness=witness)
+                sends += one.sends()
+            except Exception as exc:
+                got = Issues(malformed_spans=1,
+                             errors=[f"{getattr(span, 'name', '?')}: {exc!r}"])
+            _merge_issues(merged, got)
+        return merged, sends
+
+    def _process(self, items: list[_Item]) -> None:
+        issues: Issues | MetricIssues
         if items[0].kind == "spans":
+            self._screen(items)
             spans = [s for i in items for s in i.payload]
             self.stats.spans_received += len(spans)
-            issues: Issues | MetricIssues = self.spans.translate(spans, frame,
-                                                                 witness=items[0].witness)
+            issues, sends = self._translate_spans(spans, items[0].witness)
         else:
+            frame = Frame()
             self.stats.metric_points_received += items[0].n
             issues = self.metrics.translate(items[0].payload, frame)
+            sends = frame.sends()
         self._record_issues(issues)
         if not self._ensure_open():
             for item in items:
@@ -402,7 +443,7 @@ class RerunSink:
             return
         if self._abandoned:
             return  # close() gave up on us and counted these
-        self._send(frame.sends())
+        self._send(sends)
         self.stats.batches += 1
         if self.target.kind == "file" and not self._written():
             for item in items:
@@ -588,6 +629,18 @@ class RerunSink:
             _log.debug("rerun: disconnect raised %r", exc)
         finally:
             self._release_file()
+
+
+def _merge_issues(into: Issues, more: Issues) -> None:
+    for f in dataclasses.fields(Issues):
+        a, b = getattr(into, f.name), getattr(more, f.name)
+        if isinstance(a, int):
+            setattr(into, f.name, a + b)
+        elif isinstance(a, list):
+            a.extend(b)
+        elif isinstance(a, dict):
+            for k, n in b.items():
+                a[k] = a.get(k, 0) + n
 
 
 # ── one sink per target, shared by the span and metric exporters ─────────────────────
