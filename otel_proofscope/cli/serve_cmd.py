@@ -103,16 +103,37 @@ def _exporters(target: str) -> tuple[list[Any], list[Any]]:
     return [RerunSpanExporter(target)], [RerunMetricExporter(target)]
 
 
+#: Hosts that bind every interface (``--host ""`` used to print ``http://:PORT``).
+_ALL_INTERFACES = ("", "0.0.0.0", "::")
+
+
+def _where(host: str) -> str:
+    return "all interfaces" if host.strip() in _ALL_INTERFACES else host
+
+
+def _shown(endpoint: str, host: str) -> str:
+    if host.strip() not in _ALL_INTERFACES:
+        return endpoint
+    port = endpoint.rsplit(":", 1)[1]
+    scheme = "http://" if endpoint.startswith("http") else ""
+    return f"{scheme}127.0.0.1:{port} (all interfaces, port {port})"
+
+
 def serve(args: argparse.Namespace) -> int:
     from otel_proofscope.integrations.otlp_receiver.server import OtlpReceiver
     from otel_proofscope.pipeline.drops import DROPS
 
     token = args.token or os.environ.get(TOKEN_ENV) or None
+    if token is not None and not token.strip():
+        print("proofscope serve: the token is empty or whitespace, so no request could ever "
+              "authenticate; give a real token or none", file=sys.stderr)
+        return 2
     if args.grpc_port is None and args.http_port is None:
         print("proofscope serve: both transports are off; nothing to serve", file=sys.stderr)
         return 2
+    where = _where(args.host)
     if args.host not in ("127.0.0.1", "::1", "localhost") and not token:
-        print(f"proofscope serve: warning: listening on {args.host} without a token; anyone "
+        print(f"proofscope serve: warning: listening on {where} without a token; anyone "
               "who can reach it can write to your Rerun view", file=sys.stderr)
     target = rerun_target(args.rerun)
     try:
@@ -141,9 +162,11 @@ def serve(args: argparse.Namespace) -> int:
     try:
         receiver.start()
         if receiver.grpc_endpoint:
-            print(f"OTLP/gRPC listening on {receiver.grpc_endpoint}", flush=True)
+            print(f"OTLP/gRPC listening on {_shown(receiver.grpc_endpoint, args.host)}",
+                  flush=True)
         if receiver.http_endpoint:
-            print(f"OTLP/HTTP listening on {receiver.http_endpoint}", flush=True)
+            print(f"OTLP/HTTP listening on {_shown(receiver.http_endpoint, args.host)}",
+                  flush=True)
         print(f"Rerun: {target}" + ("  (token required)" if token else ""), flush=True)
         while not stop.wait(0.5):
             pass

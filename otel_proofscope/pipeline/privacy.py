@@ -13,8 +13,9 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 
-from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+from opentelemetry.sdk.util import BoundedList
 
 from otel_proofscope.semconv import WITNESS_EVENTS
 
@@ -24,13 +25,19 @@ def strip_witness(span: ReadableSpan) -> ReadableSpan:
     events = span.events
     if not events or not any(e.name in WITNESS_EVENTS for e in events):
         return span
+    # A BoundedList that carries the original drop count: the copy must still say how
+    # many events the SDK's limit dropped (droppedEventsCount), and the attribute
+    # container is passed as is for the same reason.
+    kept: BoundedList[Event] = BoundedList(None)
+    kept.extend([e for e in events if e.name not in WITNESS_EVENTS])
+    kept.dropped = span.dropped_events
     return ReadableSpan(
         name=span.name,
         context=span.context,
         parent=span.parent,
         resource=span.resource,
-        attributes=span.attributes,
-        events=tuple(e for e in events if e.name not in WITNESS_EVENTS),
+        attributes=getattr(span, "_attributes", span.attributes),
+        events=kept,  # type: ignore[arg-type]
         links=span.links,
         kind=span.kind,
         status=span.status,

@@ -301,8 +301,8 @@ class RerunSink:
         for item in lost:
             self._lose_item(item, DropReason.SHUTDOWN)
         if lost:
-            _log.warning("rerun: %d item(s) not sent before the %.1f s shutdown deadline",
-                         sum(i.n for i in lost), timeout_s)
+            _log.warning("rerun: %d item(s) not sent before the shutdown deadline (%.1f s "
+                         "of the bound were left for Rerun)", sum(i.n for i in lost), timeout_s)
         if thread is None:
             self._disconnect(deadline)
 

@@ -107,6 +107,9 @@ class Ingest:
         self.max_message_bytes = max_message_bytes
         self.max_concurrent = max_concurrent
         self.admission_timeout_s = admission_timeout_s
+        if token is not None and not token.strip():
+            # It could never authenticate (credentials are stripped): refuse it at start.
+            raise ValueError("the token is empty or whitespace; give a real token or none")
         self._token = f"Bearer {token}".encode() if token else None
         self._ledger = ledger
         self._admission = threading.BoundedSemaphore(max_concurrent)
@@ -135,6 +138,14 @@ class Ingest:
         scheme, _, credentials = authorization.strip().partition(" ")
         presented = f"Bearer {credentials.strip()}".encode()
         return scheme.lower() == "bearer" and hmac.compare_digest(presented, self._token)
+
+    def authorized_all(self, values: Sequence[str]) -> bool:
+        """One rule for both transports: exactly one ``authorization`` header, carrying
+        the token. Several are refused (gRPC used to take the last and HTTP the first,
+        so a proxy and a client could each pick a different one)."""
+        if self._token is None:
+            return True
+        return len(values) == 1 and self.authorized(values[0])
 
     def admit(self) -> bool:
         """Take one of ``max_concurrent`` slots, waiting at most ``admission_timeout_s``."""

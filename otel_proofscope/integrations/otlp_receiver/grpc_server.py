@@ -55,9 +55,9 @@ _METRICS_SERVICE = metrics_service_pb2.DESCRIPTOR.services_by_name["MetricsServi
 
 def _export(ingest: Ingest, signal: codec.Signal, body: bytes,
             context: grpc.ServicerContext) -> bytes:
-    metadata = {k.lower(): v for k, v in context.invocation_metadata()
-                if isinstance(v, str)}
-    if not ingest.authorized(metadata.get("authorization")):
+    auth = [v for k, v in context.invocation_metadata()
+            if k.lower() == "authorization" and isinstance(v, str)]
+    if not ingest.authorized_all(auth):
         result = ingest.reject(signal, Outcome.UNAUTHENTICATED,
                                "missing or wrong bearer token (metadata 'authorization')")
     elif not ingest.budget.reserve(len(body)):

@@ -122,7 +122,7 @@ class _Handler(BaseHTTPRequestHandler):
             return
         encoding = codec.media_type(self.headers.get("Content-Type"))
         reply_as = encoding or codec.Encoding.JSON
-        if not ingest.authorized(self.headers.get("Authorization")):
+        if not ingest.authorized_all(self.headers.get_all("Authorization") or []):
             self._reject(ingest.reject(signal, Outcome.UNAUTHENTICATED,
                                        "missing or wrong bearer token"), reply_as)
             return
@@ -230,7 +230,10 @@ class _Handler(BaseHTTPRequestHandler):
                 return b"".join(parts)
             total += size
             if total > cap:
-                self.close_connection = True
+                # Drained like an oversized Content-Length body (up to DRAIN_FACTOR x
+                # cap), so the client reads a 413 instead of a broken pipe that it
+                # would retry (and that was counted once per retry).
+                self._drain_chunks(size, total, cap)
                 raise _BodyError(Outcome.TOO_LARGE,
                                  f"chunked request exceeds the cap of {cap} bytes")
             chunk = self.rfile.read(size)
@@ -239,6 +242,32 @@ class _Handler(BaseHTTPRequestHandler):
                 self.close_connection = True
                 raise _BodyError(Outcome.INVALID, "chunked body ended early")
             parts.append(chunk)
+
+    def _drain_chunks(self, pending: int, total: int, cap: int) -> None:
+        """Skip the rest of a chunked body whose current chunk has ``pending`` bytes."""
+        while True:
+            if total > DRAIN_FACTOR * cap:
+                self.close_connection = True
+                return
+            left = pending
+            while left > 0:
+                got = self.rfile.read(min(left, _CHUNK))
+                if not got:
+                    self.close_connection = True
+                    return
+                left -= len(got)
+            self.rfile.readline(16)
+            line = self.rfile.readline(1024)
+            try:
+                pending = int(line.split(b";", 1)[0].strip(), 16)
+            except ValueError:
+                self.close_connection = True
+                return
+            if pending <= 0:
+                while self.rfile.readline(1024).strip():  # trailers
+                    pass
+                return
+            total += pending
 
     def _drain(self, length: int, cap: int) -> None:
         if length > DRAIN_FACTOR * cap:
@@ -306,17 +335,27 @@ def _declared_length(raw: str | None) -> int | None:
 
 def _gunzip(body: bytes, cap: int) -> bytes:
     # Bounded: a small gzip bomb must not inflate past the cap.
-    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
-    try:
-        out = d.decompress(body, cap + 1)
-    except zlib.error as exc:
-        raise _BodyError(Outcome.INVALID, f"bad gzip body: {exc}") from None
-    if len(out) > cap or d.unconsumed_tail:
-        raise _BodyError(Outcome.TOO_LARGE, f"decompressed request exceeds the cap of {cap} "
-                                            "bytes")
-    if not d.eof:
-        raise _BodyError(Outcome.INVALID, "truncated gzip body")
-    return out
+    # A gzip stream may hold several members (RFC 1952 §2.2); each is inflated, and
+    # the cap holds for them together (a second member used to be ignored silently).
+    parts: list[bytes] = []
+    size = 0
+    rest = body
+    while True:
+        d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        try:
+            out = d.decompress(rest, cap + 1 - size)
+        except zlib.error as exc:
+            raise _BodyError(Outcome.INVALID, f"bad gzip body: {exc}") from None
+        size += len(out)
+        if size > cap or d.unconsumed_tail:
+            raise _BodyError(Outcome.TOO_LARGE, f"decompressed request exceeds the cap of "
+                                                f"{cap} bytes")
+        if not d.eof:
+            raise _BodyError(Outcome.INVALID, "truncated gzip body")
+        parts.append(out)
+        rest = d.unused_data
+        if not rest:
+            return b"".join(parts)
 
 
 class HttpReceiver:
