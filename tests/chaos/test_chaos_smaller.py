@@ -170,3 +170,26 @@ def test_all_interfaces_are_named() -> None:
     assert "all interfaces" in _shown("http://:4318", "")
     assert "all interfaces" in _shown("0.0.0.0:4317", "0.0.0.0")
     assert _shown("http://127.0.0.1:4318", "127.0.0.1") == "http://127.0.0.1:4318"
+
+
+def test_bad_json_span_costs_only_itself(receiver) -> None:  # type: ignore[no-untyped-def]
+    import json
+
+    r, memory = receiver
+
+    def span(name: str, trace: str = "0" * 31 + "1", kind: str = "SPAN_KIND_INTERNAL"
+             ) -> dict[str, object]:
+        return {"traceId": trace, "spanId": "00000000000000" + f"{len(name):02x}",
+                "name": name, "kind": kind, "startTimeUnixNano": "1", "endTimeUnixNano": "2"}
+
+    body = {"resourceSpans": [{"scopeSpans": [{"spans": [
+        span("good"), span("oddhex", trace="abc"), span("bogus-kind", kind="SPAN_KIND_BOGUS")]}]}]}
+    conn = _conn(r)
+    conn.request("POST", "/v1/traces", body=json.dumps(body), headers={
+        "Content-Type": "application/json", "Authorization": "Bearer secret"})
+    resp = conn.getresponse()
+    answer = json.loads(resp.read())
+    assert resp.status == 200, answer
+    assert int(answer["partialSuccess"]["rejectedSpans"]) == 2, answer
+    assert [s.name for s in memory.get_finished_spans()] == ["good"]
+    assert DROPS.total(signal="spans", reason="invalid") == 2
