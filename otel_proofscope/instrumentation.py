@@ -36,11 +36,12 @@ from opentelemetry.trace import Span, Status, StatusCode
 from opentelemetry.util.types import AttributeValue
 
 from otel_proofscope import fields
-from otel_proofscope.pipeline.drops import REJECTIONS
+from otel_proofscope.pipeline.drops import DROPS, REJECTIONS
 from otel_proofscope.semconv import (
     METER_NAME,
     TRACER_NAME,
     Attr,
+    DropReason,
     EventName,
     LayerKind,
     LayerProofKind,
@@ -67,6 +68,24 @@ _active_lock = threading.Lock()
 # Local capture of witness data (activation stats, attention scores). Export over OTLP
 # is decided separately by the pipeline (see pipeline.privacy).
 _capture_witness = False
+
+
+# Round events kept per layer span (None: no cap of ours). The SDK's event limit drops
+# the *oldest* events, which would lose round 0, the anchor of the claim chain; with this
+# cap the newest rounds are the ones dropped (and counted) and ROUND_EVENT_RESERVE
+# places are left for the exception, GPU and witness events.
+_round_event_cap: int | None = None
+ROUND_EVENT_RESERVE = 64
+
+
+def set_max_events_per_span(max_events: int | None) -> None:
+    """Keep the first rounds of a layer when its span would exceed ``max_events``."""
+    global _round_event_cap
+    if max_events is None:
+        _round_event_cap = None
+        return
+    # A small limit keeps a proportionate reserve (an eighth), so that it still holds rounds.
+    _round_event_cap = max(1, max_events - min(ROUND_EVENT_RESERVE, max_events // 8))
 
 
 def set_capture_witness(enabled: bool) -> None:
@@ -115,6 +134,7 @@ class _LayerState:
     total_rounds: int
     start_ns: int
     rounds_done: int = 0
+    round_events: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -605,6 +625,12 @@ def _round_index(round: object) -> int | None:
 def _record_round_unguarded(layer: _LayerState, round: object, poly: Lazy, claim: Lazy,
                             degree: object) -> None:
     span = layer.span
+    cap = _round_event_cap
+    if cap is not None:
+        if layer.round_events >= cap:
+            DROPS.record("span_events", "sdk", DropReason.SPAN_LIMIT)
+            return
+        layer.round_events += 1
     error: str | None = None
     index = _round_index(round)
     try:

@@ -486,6 +486,7 @@ def configure(
     meter_provider = MeterProvider(resource=resource, metric_readers=readers,
                                    shutdown_on_exit=False)
     instrumentation.set_capture_witness(capture)
+    instrumentation.set_max_events_per_span(max_events)
     if set_global:
         trace.set_tracer_provider(tracer_provider)
         metrics.set_meter_provider(meter_provider)
