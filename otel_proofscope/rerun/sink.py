@@ -553,6 +553,9 @@ class RerunSink:
 
     def _alive(self) -> bool:
         # An HTTP/2 answer, not a TCP accept: a frozen viewer still accepts (liveness.py).
+        # Over TLS (rerun+https) the cleartext preface cannot be answered: TCP only.
+        if self.target.url.lower().startswith("rerun+https"):
+            return tcp_accepts(self.target.host, self.target.port)
         return speaks_http2(self.target.host, self.target.port)
 
     def _open_viewer(self, *, spawn: bool) -> str | None:
