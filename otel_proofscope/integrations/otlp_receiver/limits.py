@@ -16,6 +16,7 @@ slot for good and every legitimate exporter, gRPC included, got "busy". Now:
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import socket
 import threading
 import time
@@ -29,6 +30,29 @@ DEFAULT_MAX_INFLIGHT_BYTES = 16 * 1024 * 1024
 RETRY_AFTER_S = 1
 
 
+#: Request bytes handled since the heap was last trimmed, before trimming again.
+TRIM_AFTER_BYTES = 4 * 1024 * 1024
+
+
+def _load_trim() -> Callable[[], object] | None:
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        trim = libc.malloc_trim
+    except (OSError, AttributeError):  # not glibc
+        return None
+    return lambda: trim(0)
+
+
+_malloc_trim = _load_trim()
+
+
+def _trim_heap() -> None:
+    """Give freed decode buffers back to the OS once the receiver is idle: glibc keeps
+    them otherwise (measured: ~135 MB stayed resident after 8 x 3 MB requests)."""
+    if _malloc_trim is not None:
+        _malloc_trim()
+
+
 class ByteBudget:
     def __init__(self, limit: int) -> None:
         if limit <= 0:
@@ -36,6 +60,7 @@ class ByteBudget:
         self.limit = limit
         self._used = 0
         self._peak = 0
+        self._since_trim = 0
         self._lock = threading.Lock()
 
     def reserve(self, n: int) -> bool:
@@ -50,6 +75,13 @@ class ByteBudget:
     def release(self, n: int) -> None:
         with self._lock:
             self._used = max(0, self._used - n)
+            idle = self._used == 0
+            self._since_trim += n
+            trim = idle and self._since_trim >= TRIM_AFTER_BYTES
+            if trim:
+                self._since_trim = 0
+        if trim:
+            _trim_heap()
 
     @property
     def used(self) -> int:
