@@ -116,11 +116,18 @@ class DemoResult:
         if self.rerun_note:
             lines.append(f"rerun: {self.rerun_note}")
         target = self.rerun_target
+        from otel_proofscope.pipeline.drops import DROPS
+
+        # Claim delivery only when nothing sent to Rerun was lost (a frozen viewer or a
+        # full disk used to read as "received the recording").
+        lost = DROPS.total(sink="rerun")
+        if target not in ("off", "") and lost:
+            lines.append(f"Rerun ({target}) did not get {lost} item(s): see dropped above")
         if target.startswith("file:"):
             lines.append(f"open the recording: rerun {target[len('file:'):]}")
-        elif target == "spawn":
+        elif target == "spawn" and not lost:
             lines.append("the Rerun viewer was spawned and received the recording")
-        elif target not in ("off", ""):
+        elif target not in ("off", "", "spawn") and not lost:
             lines.append(f"streamed to the Rerun viewer at {target}")
         return lines
 

@@ -155,3 +155,24 @@ def test_viewer_frozen_mid_run_counts_what_it_did_not_confirm(tmp_path: Path) ->
     assert lost == 4, out
     assert "exported to rerun" not in out or "exported to rerun: 2 spans" in out, out
     assert end - start < BOUND_S + SLACK_S, (end - start, out)
+
+
+@pytest.mark.parametrize("command", [
+    ["demo", "--layers", "2", "--width", "8"],
+    ["run", "--no-gpu", "--", sys.executable, "-c", "pass"],
+], ids=["demo", "run"])
+def test_cli_commands_exit_with_a_frozen_viewer(tmp_path: Path, command: list[str]) -> None:
+    with silent_listener() as silent:
+        url = f"rerun+http://127.0.0.1:{silent.port}/proxy"
+        args = [command[0], "--out", str(tmp_path), "--rerun", url, *command[1:]]
+        start = time.monotonic()
+        res = subprocess.run([sys.executable, "-m", "otel_proofscope", *args], cwd=tmp_path,
+                             env=child_env(PROOFSCOPE_SHUTDOWN_TIMEOUT=str(BOUND_S)),
+                             capture_output=True, text=True, timeout=60)
+        took = time.monotonic() - start
+    out = res.stdout + res.stderr
+    assert res.returncode == 0, out
+    assert took < 20, (took, out)  # it used to hang until killed
+    assert "does not answer gRPC" in out, out
+    assert drop_count(out, "spans", "rerun", "sink_unavailable") > 0, out
+    assert "streamed to the Rerun viewer" not in out
