@@ -289,6 +289,7 @@ class RerunSink:
             lost = [i for i in self._queue if i.kind in ("spans", "metrics")]
             self._queue.clear()
             if stuck:
+                exit_guard.mark_trouble()
                 # Stuck in Rerun (a frozen viewer): what it was sending and what it sent
                 # since the last confirmation cannot be confirmed.
                 lost += self._in_flight + self._unconfirmed
@@ -496,6 +497,7 @@ class RerunSink:
 
     def _unavailable(self, reason: str) -> None:
         self._available = False
+        exit_guard.mark_trouble()
         # A file that cannot be written will not become writable; a viewer may come back.
         self._next_retry = time.monotonic() + (
             float("inf") if self.target.kind == "file" else self._retry_interval)
