@@ -20,7 +20,6 @@ from __future__ import annotations
 import atexit
 import logging
 import os
-import signal
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -53,6 +52,7 @@ from otel_proofscope.pipeline.fork_exit import flush_forked_children
 from otel_proofscope.pipeline.metric_export import CountingMetricExporter
 from otel_proofscope.pipeline.privacy import Local, WitnessFilter
 from otel_proofscope.pipeline.processor import BoundedBatchSpanProcessor, SpanLimitAccounting
+from otel_proofscope.pipeline.sigterm import hold_sigterm, sigterm_to_exit
 from otel_proofscope.version import __version__
 
 _log = logging.getLogger(__name__)
@@ -252,7 +252,7 @@ class Telemetry:
             set_shutdown_deadline(deadline)
             # A second SIGTERM (an impatient supervisor) must not abort the accounting
             # half way: the bound already guarantees a prompt exit.
-            restore = _hold_sigterm()
+            restore = hold_sigterm()
             try:
                 self._close_all(budget, deadline)
             finally:
@@ -501,37 +501,8 @@ def configure(
     atexit.register(telemetry.shutdown)
     flush_forked_children(telemetry)
     if handle_sigterm:
-        _sigterm_to_exit()
+        sigterm_to_exit()
     return telemetry
-
-
-def _terminate(signum: int, _frame: object) -> None:
-    # Unwinds the prover: open spans end with status ERROR, then atexit flushes
-    # within the shutdown bound. 128 + 15 is the conventional exit code.
-    raise SystemExit(128 + signum)
-
-
-def _sigterm_to_exit() -> None:
-    if threading.current_thread() is not threading.main_thread():
-        return
-    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
-        return  # the application has its own handler; leave it alone
-    signal.signal(signal.SIGTERM, _terminate)
-
-
-def _hold_sigterm() -> Any:
-    """While the bounded shutdown runs, a SIGTERM that would raise SystemExit (ours) is
-    logged instead; returns the function that restores the handler."""
-    if threading.current_thread() is not threading.main_thread() \
-            or signal.getsignal(signal.SIGTERM) is not _terminate:
-        return lambda: None
-
-    def noted(signum: int, _frame: object) -> None:
-        _log.warning("SIGTERM during the bounded shutdown: finishing it (at most the "
-                     "shutdown bound) so that every span is exported or counted")
-
-    signal.signal(signal.SIGTERM, noted)
-    return lambda: signal.signal(signal.SIGTERM, _terminate)
 
 
 def _prometheus_reader(port: int, closers: list[Any]) -> MetricReader:
