@@ -204,6 +204,7 @@ class Telemetry:
     witness_filters: list[WitnessFilter] = field(default_factory=list)
     _closers: list[Any] = field(default_factory=list)
     _before_shutdown: list[Any] = field(default_factory=list)
+    _rerun: list[Any] = field(default_factory=list)
     _report: ShutdownReport | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -279,6 +280,15 @@ class Telemetry:
             exporter.abandon()
         for processor in self.span_processors:
             processor.shutdown(int(max(0.0, deadline - time.monotonic()) * 1000))
+        # A Rerun sink is shared by the span and the metric exporter and closes on the
+        # last release; a metric shutdown that ran out of time never released, which
+        # left the sink open past the report with its queue uncounted. Close it now
+        # (a later release is then a no-op).
+        for resource in self._rerun:
+            try:
+                resource.close(max(0.0, deadline - time.monotonic()))
+            except Exception as exc:
+                _log.debug("closing %r raised %r", resource, exc)
         for close in self._closers:
             try:
                 close()
@@ -312,6 +322,15 @@ class Telemetry:
             witness_events_withheld=sum(f.withheld_events for f in self.witness_filters),
             timed_out=timed_out,
         )
+
+
+def rerun_resource(exporter: object) -> Any:
+    """The Rerun sink or child process behind a Rerun exporter (None for others)."""
+    for attr in ("sink", "worker"):
+        resource = getattr(exporter, attr, None)
+        if resource is not None and hasattr(resource, "close"):
+            return resource
+    return None
 
 
 def configure(
@@ -397,6 +416,7 @@ def configure(
     counted: list[CountingMetricExporter] = []
     readers: list[MetricReader] = list(metric_readers)
     closers: list[Any] = []
+    rerun_resources: list[Any] = []
     used_dir: Path | None = None
 
     def add_spans(sink: str, exporter: SpanExporter, local: bool = False) -> None:
@@ -451,7 +471,9 @@ def configure(
             # Spans and metrics must take the same route: one recording.
             span_cls = (rerun_child.RerunProcessSpanExporter
                         if rerun_child.enabled(rerun_process) else RerunSpanExporter)
-            add_spans("rerun", span_cls(target, capture_witness=capture), local=True)
+            rerun_spans = span_cls(target, capture_witness=capture)
+            rerun_resources.append(rerun_resource(rerun_spans))
+            add_spans("rerun", rerun_spans, local=True)
         else:
             add_spans(name, _entry_point("opentelemetry_traces_exporter", name)())
     for name in metric_names:
@@ -471,7 +493,9 @@ def configure(
 
             metric_cls = (rerun_child.RerunProcessMetricExporter
                           if rerun_child.enabled(rerun_process) else RerunMetricExporter)
-            add_metrics("rerun", metric_cls(rerun_target if rerun_on else None))
+            rerun_metrics = metric_cls(rerun_target if rerun_on else None)
+            rerun_resources.append(rerun_resource(rerun_metrics))
+            add_metrics("rerun", rerun_metrics)
         elif name == "prometheus":
             prometheus_port = prometheus_port or 9464
         else:
@@ -497,7 +521,9 @@ def configure(
         tracer_provider=tracer_provider, meter_provider=meter_provider,
         tracer=ProofTracer(tracer_provider, meter_provider), span_processors=processors,
         metric_exporters=counted, shutdown_timeout_s=bound, out_dir=used_dir,
-        witness_filters=witness_filters, _closers=closers)
+        witness_filters=witness_filters, _closers=closers,
+        _rerun=[r for i, r in enumerate(rerun_resources)
+                if r is not None and r not in rerun_resources[:i]])
     atexit.register(telemetry.shutdown)
     flush_forked_children(telemetry)
     if handle_sigterm:
