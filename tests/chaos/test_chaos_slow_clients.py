@@ -94,3 +94,32 @@ def test_sixteen_slow_clients_do_not_lock_out_exporters() -> None:
         for s in slow:
             s.close()
         receiver.stop()
+
+
+def test_a_dripped_request_line_is_closed_at_the_deadline_and_counted() -> None:
+    receiver = OtlpReceiver([InMemorySpanExporter()], [], grpc_port=None, http_port=0,
+                            request_deadline_s=1.0)
+    receiver.start()
+    try:
+        assert receiver.http_port is not None
+        s = socket.create_connection(("127.0.0.1", receiver.http_port))
+        s.settimeout(0.2)
+        closed = False
+        start = time.monotonic()
+        for ch in b"POST /v1/traces HTTP/1.1\r\n":  # one byte every 0.2 s
+            try:
+                s.sendall(bytes([ch]))
+                if s.recv(1) == b"":
+                    closed = True
+                    break
+            except TimeoutError:
+                continue
+            except OSError:
+                closed = True
+                break
+        took = time.monotonic() - start
+        s.close()
+        assert closed and took < 4.0, took
+        assert DROPS.total(reason="timeout") == 1
+    finally:
+        receiver.stop()

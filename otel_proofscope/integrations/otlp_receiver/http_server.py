@@ -83,14 +83,6 @@ class _Handler(BaseHTTPRequestHandler):
 
     # ── whole-request deadline ──────────────────────────────────────────────────────
 
-    def parse_request(self) -> bool:
-        # The request line has arrived: headers and body must follow within the deadline
-        # (a per-read timeout lets a client drip one byte at a time forever).
-        ingest = self.server.ingest
-        self._timed_out = False
-        self._deadline = self.server.watchdog.arm(self.connection, ingest.request_deadline_s,
-                                                  self._expire)
-        return super().parse_request()
 
     def _expire(self) -> None:
         self._timed_out = True
@@ -99,6 +91,18 @@ class _Handler(BaseHTTPRequestHandler):
         self.server.ingest.timed_out(codec.PATHS.get(path.split("?", 1)[0]))
 
     def handle_one_request(self) -> None:
+        # An idle keep-alive connection waits for its next request under the socket
+        # timeout; from the request's first byte, the whole request (request line,
+        # headers, body) must arrive within the deadline: a per-read timeout lets a
+        # client drip one byte at a time forever.
+        try:
+            self.rfile.peek(1)  # type: ignore[attr-defined]  # a BufferedReader here
+        except (OSError, ValueError):
+            self.close_connection = True
+            return
+        self._timed_out = False
+        self._deadline = self.server.watchdog.arm(
+            self.connection, self.server.ingest.request_deadline_s, self._expire)
         try:
             super().handle_one_request()
         except OSError:
