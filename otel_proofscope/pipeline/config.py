@@ -269,17 +269,18 @@ class Telemetry:
     def _close_all(self, budget: float, deadline: float) -> None:
         for stop in self._before_shutdown:
             self._bounded(stop, min(deadline, time.monotonic() + budget / 4))
-        # Metrics first: the final collection includes the last proof's durations.
-        # At most half the budget: a slow metric sink must leave the spans time to
-        # be sent, or counted (they were reported as delivered with none left).
-        metrics_deadline = min(deadline, time.monotonic() + budget / 2)
-        self._bounded(lambda: self.meter_provider.shutdown(
-            timeout_millis=max(1, (metrics_deadline - time.monotonic()) * 1000)),
-            metrics_deadline)
-        for exporter in self.metric_exporters:
-            exporter.abandon()
+        # Metrics first: the final collection includes the last proof's durations. We
+        # wait for them at most half the budget before the spans' turn (a hung metric
+        # sink used to leave the spans no time: they were reported as delivered), and
+        # then again with whatever the spans left.
+        metrics = self._bounded(lambda: self.meter_provider.shutdown(
+            timeout_millis=max(1, (deadline - time.monotonic()) * 1000)),
+            min(deadline, time.monotonic() + budget / 2))
         for processor in self.span_processors:
             processor.shutdown(int(max(0.0, deadline - time.monotonic()) * 1000))
+        metrics.join(max(0.0, deadline - time.monotonic()))
+        for exporter in self.metric_exporters:
+            exporter.abandon()
         # A Rerun sink is shared by the span and the metric exporter and closes on the
         # last release; a metric shutdown that ran out of time never released, which
         # left the sink open past the report with its queue uncounted. Close it now
@@ -296,10 +297,11 @@ class Telemetry:
                 _log.debug("closer raised %r", exc)
 
     @staticmethod
-    def _bounded(fn: Any, deadline: float) -> None:
+    def _bounded(fn: Any, deadline: float) -> threading.Thread:
         thread = threading.Thread(target=fn, daemon=True, name="proofscope-shutdown")
         thread.start()
         thread.join(max(0.0, deadline - time.monotonic()))
+        return thread
 
     def _make_report(self, budget: float, timed_out: bool) -> ShutdownReport:
         from otel_proofscope.pipeline.drops import REJECTIONS
