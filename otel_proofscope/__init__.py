@@ -19,8 +19,8 @@ from otel_proofscope.instrumentation import (
     get_tracer,
     sumcheck_round,
 )
-from otel_proofscope.pipeline.config import Telemetry, configure
 from otel_proofscope.semconv import Attr, EventName, LayerKind, LayerProofKind, Metric, SpanName
+from otel_proofscope.setup import Telemetry, configure
 from otel_proofscope.version import __version__
 
 __all__ = [

@@ -22,6 +22,10 @@ class CanonicalField(Protocol):
 
 FieldLike = int | Sequence[int] | CanonicalField
 
+#: The Mersenne prime 2³¹ − 1 of the M31 field (a QM31 element is four M31 limbs): the
+#: reference prover's field, the proof-stream schema's and the Rerun claim fingerprint's.
+M31 = (1 << 31) - 1
+
 
 def canonical(element: object) -> str:
     """Canonical string of a field element; raises ValueError for non-elements."""

@@ -36,7 +36,7 @@ from opentelemetry.trace import Span, Status, StatusCode
 from opentelemetry.util.types import AttributeValue
 
 from otel_proofscope import fields
-from otel_proofscope.pipeline.drops import DROPS, REJECTIONS
+from otel_proofscope.ledger import DROPS, REJECTIONS
 from otel_proofscope.semconv import (
     METER_NAME,
     TRACER_NAME,
@@ -46,7 +46,6 @@ from otel_proofscope.semconv import (
     LayerKind,
     LayerProofKind,
     Metric,
-    MetricDef,
     SpanName,
 )
 from otel_proofscope.version import __version__
@@ -255,8 +254,8 @@ class ProofTracer:
                  meter_provider: metrics.MeterProvider | None = None) -> None:
         self._tracer = trace.get_tracer(TRACER_NAME, __version__, tracer_provider)
         meter = metrics.get_meter(METER_NAME, __version__, meter_provider)
-        self._proof_duration = _histogram(meter, Metric.PROOF_DURATION)
-        self._layer_duration = _histogram(meter, Metric.PROOF_LAYER_DURATION)
+        self._proof_duration = Metric.PROOF_DURATION.histogram(meter)
+        self._layer_duration = Metric.PROOF_LAYER_DURATION.histogram(meter)
         self._round_count = meter.create_counter(
             Metric.PROOF_SUMCHECK_ROUND_COUNT.name, Metric.PROOF_SUMCHECK_ROUND_COUNT.unit,
             Metric.PROOF_SUMCHECK_ROUND_COUNT.description)
@@ -500,7 +499,7 @@ class ProofTracer:
         layer.span.add_event(EventName.ATTENTION_HEATMAP, attrs)
 
 
-#: Largest attention matrix side we accept (the seed's 64×64 cap).
+#: Largest attention matrix side we accept (stwo-ml's proof stream caps heatmaps at 64×64).
 MAX_ATTENTION_SIDE = 64
 
 
@@ -682,12 +681,6 @@ def _reject(span: Span, event: str, field_name: str, exc: Exception) -> None:
     REJECTIONS.record(field_name, "invalid")
     with contextlib.suppress(Exception):
         span.add_event(event, {Attr.ERROR_TYPE: "invalid", "exception.message": _message(exc)})
-
-
-def _histogram(meter: metrics.Meter, d: MetricDef) -> metrics.Histogram:
-    return meter.create_histogram(
-        d.name, unit=d.unit, description=d.description,
-        explicit_bucket_boundaries_advisory=list(d.buckets) if d.buckets else None)
 
 
 _default: ProofTracer | None = None

@@ -10,6 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from opentelemetry.metrics import Histogram, Meter
 
 TRACER_NAME = "otel_proofscope"
 METER_NAME = "otel_proofscope"
@@ -99,7 +103,10 @@ class Attr:
 
     PROOFSCOPE_SIGNAL = "proofscope.signal"
     PROOFSCOPE_SINK = "proofscope.sink"
-    PROOFSCOPE_REASON = "reason"
+    # Not namespaced on the wire (dashboards and alerts select on it); the Python name
+    # says so instead of pretending it is a proofscope.* key.
+    REASON = "reason"
+    PROOFSCOPE_REASON = REASON  # the old name
     PROOFSCOPE_FIELD = "proofscope.field"
 
     # proof.log events (a prover's or a bridged producer's log lines on the active span)
@@ -320,6 +327,14 @@ class MetricDef:
     attributes: tuple[str, ...] = ()
     buckets: tuple[float, ...] | None = None
 
+    def histogram(self, meter: Meter) -> Histogram:
+        """This histogram on ``meter``, with the contract's unit, description and
+        buckets. Every caller creates it through here, so the definitions are identical
+        and the SDK hands back one instrument, not a conflicting duplicate."""
+        return meter.create_histogram(
+            self.name, unit=self.unit, description=self.description,
+            explicit_bucket_boundaries_advisory=list(self.buckets) if self.buckets else None)
+
 
 @dataclass(frozen=True)
 class SpanDef:
@@ -434,10 +449,10 @@ class Metric:
     PROOFSCOPE_DROPPED = MetricDef("proofscope.dropped", _K.OBSERVABLE_COUNTER, "{item}",
                                    "Telemetry items lost, by signal, sink and reason",
                                    (Attr.PROOFSCOPE_SIGNAL, Attr.PROOFSCOPE_SINK,
-                                    Attr.PROOFSCOPE_REASON))
+                                    Attr.REASON))
     PROOFSCOPE_REJECTED = MetricDef("proofscope.rejected", _K.OBSERVABLE_COUNTER, "{item}",
                                     "Bad input rejected on the hot path, by field",
-                                    (Attr.PROOFSCOPE_FIELD, Attr.PROOFSCOPE_REASON))
+                                    (Attr.PROOFSCOPE_FIELD, Attr.REASON))
 
     @classmethod
     def all(cls) -> tuple[MetricDef, ...]:

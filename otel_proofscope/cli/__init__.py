@@ -70,10 +70,5 @@ def _setup_logging(verbosity: int) -> None:
     logging.basicConfig(level=level, format="proofscope: %(levelname)s %(name)s: %(message)s")
 
 
-def not_built(name: str, issue: str) -> int:
-    print(f"proofscope {name}: not built yet ({issue}).", file=sys.stderr)
-    return 2
-
-
 if __name__ == "__main__":
     sys.exit(main())

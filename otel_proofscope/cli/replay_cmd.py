@@ -51,7 +51,7 @@ def start_telemetry(args: argparse.Namespace, service_name: str,
     """configure() from the shared arguments; returns (telemetry, notes)."""
     import os
 
-    from otel_proofscope.pipeline.config import configure
+    from otel_proofscope.setup import configure
 
     notes: list[str] = []
     target = args.rerun

@@ -121,7 +121,7 @@ def _shown(endpoint: str, host: str) -> str:
 
 def serve(args: argparse.Namespace) -> int:
     from otel_proofscope.integrations.otlp_receiver.server import OtlpReceiver
-    from otel_proofscope.pipeline.drops import DROPS
+    from otel_proofscope.ledger import DROPS
 
     token = args.token or os.environ.get(TOKEN_ENV) or None
     if token is not None and not token.strip():

@@ -14,13 +14,15 @@ by the prover's vectorized loops.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
-P = (1 << 31) - 1
+from otel_proofscope.fields import M31
+
+P = M31
 _PU = np.uint64(P)
 _PP = np.uint64(P * P)
 
@@ -121,13 +123,6 @@ ZERO = QM31(0, 0, 0, 0)
 ONE = QM31(1, 0, 0, 0)
 
 
-def qsum(values: Iterable[QM31]) -> QM31:
-    out = ZERO
-    for v in values:
-        out = out + v
-    return out
-
-
 # ── arrays ───────────────────────────────────────────────────────────────────────────
 
 
@@ -180,11 +175,6 @@ def qmul_m31(x: U64Array, m: U64Array) -> U64Array:
     return (x * m[np.newaxis]) % _PU
 
 
-def qscale(x: U64Array, k: int) -> U64Array:
-    """QM31 array times a small non-negative integer (k < 2^32)."""
-    return (x * np.uint64(k)) % _PU
-
-
 def qsum_axis(x: U64Array) -> QM31:
     """Sum of a QM31 array of shape (4, N), N < 2^32."""
     s = x.sum(axis=1, dtype=np.uint64) % _PU
@@ -230,11 +220,6 @@ def m31_matmul(a: U64Array, b: U64Array) -> U64Array:
     lo = (a64 @ (b & np.uint64(0xFFFF))) % _PU
     hi = (a64 @ (b >> np.uint64(16))) % _PU
     return (lo + (hi << np.uint64(16)) % _PU) % _PU
-
-
-def q_vecmat(v: U64Array, m: U64Array, matmul: MatmulFn | None = None) -> U64Array:
-    """QM31 row vector (4, n) times M31 matrix (n, w) → QM31 (4, w)."""
-    return (matmul or m31_matmul)(v, m)
 
 
 def q_matvec(m: U64Array, v: U64Array, matmul: MatmulFn | None = None) -> U64Array:

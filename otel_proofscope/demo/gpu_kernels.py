@@ -16,14 +16,15 @@ from typing import Any
 import numpy as np
 from opentelemetry import metrics
 
+from otel_proofscope.fields import M31
 from otel_proofscope.gpu.backend import HwState
 from otel_proofscope.gpu.dispatch import Dispatch
-from otel_proofscope.gpu.evidence import ClaimSet
+from otel_proofscope.gpu.evidence import EvidenceDedup
 from otel_proofscope.gpu.wgpu_backend import WgpuDevice
 
 _log = logging.getLogger("otel_proofscope.gpu")
 
-P = (1 << 31) - 1
+P = M31
 WORKGROUP = 8
 
 WGSL_MATMUL_M31 = """
@@ -101,7 +102,7 @@ class WgpuMatmul:
     def __init__(self, device: WgpuDevice | None = None, *,
                  meter_provider: metrics.MeterProvider | None = None,
                  fallback_to_cpu: bool = True, max_retries: int = 0,
-                 claims: ClaimSet | None = None) -> None:
+                 claims: EvidenceDedup | None = None) -> None:
         import wgpu
 
         self._wgpu = wgpu

@@ -15,6 +15,7 @@ import numpy as np
 from otel_proofscope.demo.field import (
     ONE,
     QM31,
+    P,
     U64Array,
     lift,
     q_matvec,
@@ -25,6 +26,8 @@ from otel_proofscope.demo.field import (
     qsum_axis,
     to_scalar,
 )
+
+_PU = np.uint64(P)
 
 
 def log2_exact(n: int, what: str = "size") -> int:
@@ -67,7 +70,7 @@ def fold_m31(table: U64Array, r: QM31) -> U64Array:
     """Bind the first variable of an M31 table (2h,) to r → QM31 (4, h)."""
     h = table.shape[0] // 2
     lo, hi = table[:h], table[h:]
-    diff = (hi + (np.uint64((1 << 31) - 1) - lo)) % np.uint64((1 << 31) - 1)
+    diff = (hi + (_PU - lo)) % _PU
     return qadd(lift(lo), qmul_m31(r.array(), diff))
 
 

@@ -192,7 +192,7 @@ def run_demo(options: DemoOptions) -> DemoResult:
         return DemoResult(options, network, result, time.perf_counter() - start,
                           hw_id=hw_id)
 
-    from otel_proofscope.pipeline.config import configure
+    from otel_proofscope.setup import configure
 
     target = options.rerun_target()
     note = ""

@@ -12,8 +12,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-import numpy as np
-
 from otel_proofscope.demo.field import (
     QM31,
     ZERO,
@@ -116,10 +114,3 @@ def verify(claim: QM31, round_polys: Sequence[Sequence[QM31]], rounds: int, degr
         chals.append(r)
     return chals, claim
 
-
-def table_sum(tables: Sequence[U64Array]) -> QM31:
-    """Σ_x Π_j T_j(x): the claim an honest prover starts from (tests, assertions)."""
-    prod = tables[0]
-    for t in tables[1:]:
-        prod = qmul(prod, t)
-    return qsum_axis(np.asarray(prod, dtype=np.uint64))

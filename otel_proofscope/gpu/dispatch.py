@@ -35,10 +35,10 @@ from opentelemetry.trace import Span
 from opentelemetry.util.types import AttributeValue
 
 from otel_proofscope.gpu import evidence
-from otel_proofscope.gpu._instruments import instruments_for
 from otel_proofscope.gpu.backend import DeviceIdentity, Gap, HwState
-from otel_proofscope.gpu.evidence import ClaimSet, Evidence, active_span
-from otel_proofscope.pipeline.drops import REJECTIONS
+from otel_proofscope.gpu.evidence import Evidence, EvidenceDedup, active_span
+from otel_proofscope.gpu.instruments import instruments_for
+from otel_proofscope.ledger import REJECTIONS
 from otel_proofscope.semconv import Attr, EventName, GpuCapability, Metric, MetricDef
 
 _log = logging.getLogger("otel_proofscope.gpu")
@@ -76,7 +76,7 @@ class GpuRuntime:
 
     def __init__(self, identity: DeviceIdentity, *, gaps: Iterable[Gap] = (),
                  meter_provider: metrics.MeterProvider | None = None,
-                 claims: ClaimSet | None = None,
+                 claims: EvidenceDedup | None = None,
                  fault_kind: FaultClassifier = default_fault_kind,
                  report_status: bool = True) -> None:
         """``gaps``: what this backend cannot measure on this device, reported once at

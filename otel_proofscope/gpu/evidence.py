@@ -5,8 +5,8 @@ adapter is acquired, so a CPU proof that merely *could* use a GPU stays silent. 
 record is claimed once per ``(runtime, backend, slot)`` in a bounded, process-wide
 dedup set; a claim that does not fit is dropped, counted exactly (also in the
 ``DROPS`` ledger) and warned about with the running loss, never silently re-recorded.
-Unlike the keyhog seed the key includes the backend, so one runtime that drives two
-backends reports each backend's gaps.
+The key includes the backend, so one runtime that drives two backends reports each
+backend's gaps.
 
 A gap becomes three things: a ``gpu.capability.unsupported`` span event on the active
 span, a ``gpu.capability.unsupported`` counter increment, and one log line.
@@ -24,16 +24,17 @@ from opentelemetry.trace import Span
 from opentelemetry.util.types import AttributeValue
 
 from otel_proofscope import instrumentation
-from otel_proofscope.gpu._instruments import Instruments
 from otel_proofscope.gpu.backend import DeviceIdentity, Gap
-from otel_proofscope.pipeline.drops import DROPS
+from otel_proofscope.gpu.instruments import Instruments
+from otel_proofscope.ledger import DROPS
 from otel_proofscope.semconv import Attr, DropReason, EventName, Metric
 
 _log = logging.getLogger("otel_proofscope.gpu")
 
-#: Upper bound on retained dedup claims. A runtime claims one identity slot plus at
+#: Upper bound on retained dedup keys. A runtime records one identity slot plus at
 #: most one slot per capability (12), so 1024 covers ~78 fully reported runtimes.
-MAX_RECORDED_CLAIMS = 1024
+MAX_EVIDENCE_KEYS = 1024
+MAX_RECORDED_CLAIMS = MAX_EVIDENCE_KEYS  # the name before "claim" meant only sumcheck
 
 IDENTITY_SLOT = "identity"
 
@@ -41,10 +42,11 @@ IDENTITY_SLOT = "identity"
 DEDUP_SINK = "gpu_evidence_dedup"
 
 
-class ClaimSet:
-    """Bounded set of once-only claims; overflow is counted exactly, never re-recorded."""
+class EvidenceDedup:
+    """Bounded set of the GPU evidence records already emitted (once per key); overflow
+    is counted exactly, never re-recorded."""
 
-    def __init__(self, capacity: int = MAX_RECORDED_CLAIMS) -> None:
+    def __init__(self, capacity: int = MAX_EVIDENCE_KEYS) -> None:
         if capacity < 0:
             raise ValueError(f"capacity must be >= 0, got {capacity}")
         self.capacity = capacity
@@ -52,7 +54,7 @@ class ClaimSet:
         self._seen: set[Hashable] = set()
         self._lost = 0
 
-    def claim(self, key: Hashable) -> bool:
+    def first(self, key: Hashable) -> bool:
         """True exactly once per key; False on repeats and when full (the latter counted)."""
         with self._lock:
             if key in self._seen:
@@ -87,9 +89,15 @@ class ClaimSet:
             self._seen.clear()
             self._lost = 0
 
+    claim = first  # the name before "claim" meant only the sumcheck claim
 
-#: The process-wide dedup set.
-CLAIMS = ClaimSet()
+
+#: The old name of :class:`EvidenceDedup`.
+ClaimSet = EvidenceDedup
+
+#: The process-wide dedup set (``CLAIMS`` is its old name).
+EVIDENCE_DEDUP = EvidenceDedup()
+CLAIMS = EVIDENCE_DEDUP
 
 _runtime_ids = itertools.count(1)
 
@@ -113,14 +121,14 @@ def active_span() -> Span | None:
 class Evidence:
     """Emits identity and gap evidence through one provider's instruments."""
 
-    def __init__(self, instruments: Instruments, claims: ClaimSet | None = None) -> None:
-        self.claims = claims if claims is not None else CLAIMS
+    def __init__(self, instruments: Instruments, claims: EvidenceDedup | None = None) -> None:
+        self.claims = claims if claims is not None else EVIDENCE_DEDUP
         self._unsupported = instruments.counter(Metric.GPU_CAPABILITY_UNSUPPORTED)
 
     def adapter_acquired(self, runtime_id: int, identity: DeviceIdentity,
                          span: Span | None = None) -> bool:
         """Record the device identity once per (runtime, backend). True if recorded now."""
-        if not self.claims.claim((runtime_id, identity.backend, IDENTITY_SLOT)):
+        if not self.claims.first((runtime_id, identity.backend, IDENTITY_SLOT)):
             return False
         if span is not None and span.is_recording():
             span.add_event(EventName.GPU_ADAPTER_ACQUIRED, identity.event_attributes())
@@ -135,7 +143,7 @@ class Evidence:
                                span: Span | None = None) -> bool:
         """Report one gap once per (runtime, backend, capability). True if reported now."""
         key = (runtime_id, identity.backend, gap.capability.value)
-        if not self.claims.claim(key):
+        if not self.claims.first(key):
             return False
         self.emit_gap(identity, gap, span)
         return True

@@ -31,7 +31,6 @@ from opentelemetry.trace import Span
 from opentelemetry.util.types import AttributeValue
 
 from otel_proofscope.gpu import evidence as ev
-from otel_proofscope.gpu._instruments import instruments_for
 from otel_proofscope.gpu.backend import (
     BackendUnavailable,
     DeviceIdentity,
@@ -40,7 +39,8 @@ from otel_proofscope.gpu.backend import (
     Gap,
     HwState,
 )
-from otel_proofscope.gpu.evidence import ClaimSet, Evidence
+from otel_proofscope.gpu.evidence import Evidence, EvidenceDedup
+from otel_proofscope.gpu.instruments import instruments_for
 from otel_proofscope.semconv import Attr, Metric, MetricDef
 
 _log = logging.getLogger("otel_proofscope.gpu")
@@ -75,7 +75,7 @@ class Sampler:
 
     def __init__(self, sources: Sequence[DeviceSource], *,
                  meter_provider: metrics.MeterProvider | None = None,
-                 interval_s: float = 1.0, claims: ClaimSet | None = None,
+                 interval_s: float = 1.0, claims: EvidenceDedup | None = None,
                  evidence: EvidenceMode = "first_dispatch",
                  on_close: Callable[[], None] | None = None) -> None:
         if not isinstance(interval_s, int | float) or not 0.001 <= interval_s <= 3600:
@@ -188,7 +188,7 @@ class Sampler:
             _log.warning("GPU fault on %s (%s, %s): %s; its sampling stops, other devices "
                          "continue", ident.hw_id, ident.name, ident.backend, s.fault)
         for gap in s.gaps.values():
-            if self._evidence.claims.claim((runtime_id, ident.backend, gap.capability.value)):
+            if self._evidence.claims.first((runtime_id, ident.backend, gap.capability.value)):
                 self._emit_gap(ident, gap)
 
     def _emit_gap(self, ident: DeviceIdentity, gap: Gap) -> None:
@@ -230,7 +230,7 @@ class Sampler:
 def start_sampler(meter_provider: metrics.MeterProvider | None = None,
                   interval_s: float = 1.0, *, nvml: Any = None,
                   evidence: EvidenceMode = "first_dispatch",
-                  claims: ClaimSet | None = None) -> Sampler | None:
+                  claims: EvidenceDedup | None = None) -> Sampler | None:
     """Start sampling every NVIDIA device NVML sees; None when there is none.
 
     wgpu adapters expose no device-level telemetry (utilization, memory, power …), so

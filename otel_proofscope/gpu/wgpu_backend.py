@@ -31,7 +31,7 @@ from otel_proofscope.gpu.backend import (
     vendor_name,
 )
 from otel_proofscope.gpu.dispatch import GpuRuntime
-from otel_proofscope.gpu.evidence import ClaimSet
+from otel_proofscope.gpu.evidence import EvidenceDedup
 from otel_proofscope.semconv import GapReason, GpuCapability
 
 _log = logging.getLogger("otel_proofscope.gpu")
@@ -164,7 +164,7 @@ class WgpuDevice:
     def __init__(self, adapter: Any = None, *,
                  meter_provider: metrics.MeterProvider | None = None,
                  power_preference: str = "high-performance",
-                 claims: ClaimSet | None = None, timestamps: bool = True) -> None:
+                 claims: EvidenceDedup | None = None, timestamps: bool = True) -> None:
         """``timestamps=False`` opens the device without ``timestamp-query`` even where
         the adapter has it (kernel time then becomes a gap)."""
         wgpu = load_wgpu()

@@ -18,8 +18,9 @@ import time
 
 ENV_SHUTDOWN_TIMEOUT = "PROOFSCOPE_SHUTDOWN_TIMEOUT"
 DEFAULT_SHUTDOWN_TIMEOUT_S = 3.0
-#: Longest accepted bound: a day. Longer is a typo, and ``threading`` rejects ``inf``.
-MAX_SHUTDOWN_TIMEOUT_S = 86_400.0
+#: Longest accepted bound: what ``threading`` can wait (it raises OverflowError beyond,
+#: which is how ``inf`` used to fail, deep in a join and after exporting nothing).
+MAX_SHUTDOWN_TIMEOUT_S = float(threading.TIMEOUT_MAX)
 
 _lock = threading.Lock()
 _deadline: float | None = None
@@ -30,7 +31,7 @@ def parse_timeout(raw: str | float | None, *, name: str = ENV_SHUTDOWN_TIMEOUT,
     """A positive, finite number of seconds; ``None`` / empty gives ``default``.
 
     Raises ValueError naming ``name`` and the value for anything else (``nan``, ``inf``,
-    zero, negative, more than a day, not a number).
+    zero, negative, beyond ``threading.TIMEOUT_MAX``, not a number).
     """
     if raw is None or (isinstance(raw, str) and not raw.strip()):
         return default
@@ -39,8 +40,8 @@ def parse_timeout(raw: str | float | None, *, name: str = ENV_SHUTDOWN_TIMEOUT,
     except (TypeError, ValueError):
         raise ValueError(f"{name} must be a number of seconds, got {raw!r}") from None
     if not math.isfinite(value) or value <= 0 or value > MAX_SHUTDOWN_TIMEOUT_S:
-        raise ValueError(f"{name} must be a finite number of seconds in (0, "
-                         f"{MAX_SHUTDOWN_TIMEOUT_S:.0f}], got {raw!r}")
+        raise ValueError(f"{name} must be a positive finite number of seconds (at most "
+                         f"{MAX_SHUTDOWN_TIMEOUT_S:.0f}), got {raw!r}")
     return value
 
 

@@ -11,7 +11,7 @@ from opentelemetry.sdk.metrics.export import (
     MetricsData,
 )
 
-from otel_proofscope.pipeline.drops import DROPS, DropLedger
+from otel_proofscope.ledger import DROPS, DropLedger
 from otel_proofscope.semconv import DropReason
 
 _log = logging.getLogger(__name__)

@@ -2,7 +2,8 @@
 
 Why not the SDK's ``BatchSpanProcessor``: with a dead collector its ``force_flush``
 takes ~35 s and still returns True, ``shutdown`` blocks process exit ~30 s, and queue
-drops are only logged once per 20 s (DESIGN.md §4). Here:
+drops are only logged once per 20 s (measured with opentelemetry-sdk 1.45.2 against
+a stopped OTLP gRPC receiver on loopback). Here:
 
 * ``on_end`` (the prover thread) is a length check and a deque append; the worker is
   only woken when a full batch is waiting, so the prover never takes a lock per span.
@@ -27,7 +28,7 @@ from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from otel_proofscope.pipeline.drops import DROPS, DropLedger
+from otel_proofscope.ledger import DROPS, DropLedger
 from otel_proofscope.pipeline.forking import after_fork_in_child
 from otel_proofscope.semconv import DropReason
 

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from opentelemetry import metrics
 from opentelemetry.metrics import CallbackOptions, Observation
 
-from otel_proofscope.pipeline.drops import DROPS, REJECTIONS
+from otel_proofscope.ledger import DROPS, REJECTIONS
 from otel_proofscope.semconv import METER_NAME, Attr, Metric
 from otel_proofscope.version import __version__
 
@@ -19,7 +19,7 @@ def _dropped(_options: CallbackOptions) -> Iterable[Observation]:
 
 def _rejected(_options: CallbackOptions) -> Iterable[Observation]:
     for (field, reason), n in REJECTIONS.snapshot().items():
-        yield Observation(n, {Attr.PROOFSCOPE_FIELD: field, Attr.PROOFSCOPE_REASON: reason})
+        yield Observation(n, {Attr.PROOFSCOPE_FIELD: field, Attr.REASON: reason})
 
 
 def register_self_metrics(meter_provider: metrics.MeterProvider) -> None:

@@ -1,8 +1,8 @@
-"""The viewer layout, declared once per recording (the seed's arrangement).
+"""The viewer layout, declared once per recording (stwo-ml's Rerun arrangement).
 
 Left (3 : 2 split) the 3D "ZK Proof Walk"; right the claim / progress series above
 "Layer Stats & GPU" and a tab strip with logs, per-layer durations, capability gaps and
-attention heatmaps. Filters select by the seed's group (``gkr/claim/**``), which is why
+attention heatmaps. Filters select by the quantity's group (``gkr/claim/**``), which is why
 entity paths put the proof id *after* the group: one static blueprint covers any number
 of proofs.
 """

@@ -68,7 +68,7 @@ class _Index:
         self.name = name
         self.array = array
 
-    def timeline_name(self) -> str:
+    def timeline_name(self) -> str:  # rr.send_columns reads indexes through this
         return self.name
 
     def as_arrow_array(self) -> pa.Array:
@@ -519,9 +519,6 @@ class Frame:
 
     def __len__(self) -> int:
         return len(self._rows) + len(self._static)
-
-    def row_count(self) -> int:
-        return sum(len(r) for r in self._rows.values())
 
     def sends(self) -> list[Send]:
         out = list(self._static)

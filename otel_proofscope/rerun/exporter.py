@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Sequence
+from typing import Protocol
 
 from opentelemetry.sdk.metrics.export import (
     MetricExporter,
@@ -27,10 +28,10 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from otel_proofscope import instrumentation
+from otel_proofscope.ledger import DROPS
 from otel_proofscope.pipeline.deadline import parse_timeout, remaining
-from otel_proofscope.pipeline.drops import DROPS
 from otel_proofscope.rerun import sink as sinks
-from otel_proofscope.rerun.sink import SINK, RerunSink, Target, parse_target
+from otel_proofscope.rerun.sink import LEDGER_SINK, RerunSink, Target, parse_target
 from otel_proofscope.semconv import DropReason
 
 _log = logging.getLogger(__name__)
@@ -43,8 +44,8 @@ ENV_TIMEOUT = "PROOFSCOPE_SHUTDOWN_TIMEOUT"
 def _lose_spans(spans: Sequence[ReadableSpan], reason: DropReason) -> None:
     # Spans and their events, as every other sink counts them (the exit report's
     # delivered figures subtract both).
-    DROPS.record("spans", SINK, reason, len(spans))
-    DROPS.record("span_events", SINK, reason, sum(len(s.events) for s in spans))
+    DROPS.record("spans", LEDGER_SINK, reason, len(spans))
+    DROPS.record("span_events", LEDGER_SINK, reason, sum(len(s.events) for s in spans))
 
 
 def show_witness(explicit: bool | None) -> bool:
@@ -73,7 +74,137 @@ def _open(target: str | None, queue_size: int | None) -> tuple[Target, RerunSink
     return t, sinks.acquire(t, queue_size=size)
 
 
-class RerunSpanExporter(SpanExporter):
+def _points(data: MetricsData) -> int:
+    return sum(len(m.data.data_points) for rm in data.resource_metrics
+               for sm in rm.scope_metrics for m in sm.metrics)
+
+
+class RerunBackend(Protocol):
+    """Where a Rerun exporter's batches go: a sink thread in this process
+    (:class:`SinkBackend`) or a child process (``rerun.process.WorkerBackend``).
+
+    ``send_*`` never raise: a batch is queued, or its loss is counted in ``DROPS``.
+    """
+
+    def send_spans(self, spans: Sequence[ReadableSpan], witness: bool) -> None: ...
+
+    def send_metrics(self, data: MetricsData, points: int) -> None: ...
+
+    def flush(self, timeout_s: float) -> bool: ...
+
+    def release(self, timeout_s: float) -> None: ...
+
+
+class SinkBackend:
+    """The in-process backend: the target's shared :class:`RerunSink`."""
+
+    def __init__(self, sink: RerunSink) -> None:
+        self.sink = sink
+
+    def send_spans(self, spans: Sequence[ReadableSpan], witness: bool) -> None:
+        try:
+            self.sink.submit_spans(spans, witness=witness)
+        except Exception as exc:  # never let the exporter raise into the SDK
+            _lose_spans(spans, DropReason.EXPORT_FAILED)
+            _log.warning("rerun span export failed: %r", exc)
+
+    def send_metrics(self, data: MetricsData, points: int) -> None:
+        try:
+            self.sink.submit_metrics(data)
+        except Exception as exc:
+            _log.warning("rerun metric export failed: %r", exc)
+
+    def flush(self, timeout_s: float) -> bool:
+        return self.sink.flush(timeout_s)
+
+    def release(self, timeout_s: float) -> None:
+        sinks.release(self.sink, timeout_s)
+
+
+class RerunSpanExporterBase(SpanExporter):
+    """The span exporters' one lifecycle (export, flush, bounded shutdown); the
+    backend decides where batches go."""
+
+    def __init__(self, target: Target, backend: RerunBackend | None,
+                 capture_witness: bool | None, shutdown_timeout_s: float | None) -> None:
+        self.target = target
+        self._backend = backend
+        self._witness = capture_witness
+        self._timeout = shutdown_timeout_s or env_float(ENV_TIMEOUT, 3.0)
+        self._closed = False
+
+    def _show_witness(self) -> bool:
+        return show_witness(self._witness)
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        if self._backend is None or not spans:
+            return SpanExportResult.SUCCESS
+        if self._closed:
+            _lose_spans(spans, DropReason.SHUTDOWN)
+            return SpanExportResult.FAILURE
+        self._backend.send_spans(spans, self._show_witness())
+        # SUCCESS: the batch is queued or its loss is counted (not again by the processor)
+        return SpanExportResult.SUCCESS
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        if self._backend is None or self._closed:
+            return True
+        return self._backend.flush(timeout_millis / 1000)
+
+    def shutdown(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._backend is not None:
+            # Within what the pipeline's shutdown has left (pipeline/deadline.py).
+            self._backend.release(remaining(self._timeout))
+
+
+class RerunMetricExporterBase(MetricExporter):
+    """The metric exporters' one lifecycle; the backend decides where points go.
+
+    Temporality and aggregation default to the SDK's (cumulative); the translation
+    differences cumulative points itself.
+    """
+
+    def __init__(self, target: Target, backend: RerunBackend | None,
+                 preferred_temporality: dict[type, object] | None,
+                 preferred_aggregation: dict[type, Aggregation] | None,
+                 shutdown_timeout_s: float | None) -> None:
+        super().__init__(preferred_temporality=preferred_temporality,  # type: ignore[arg-type]
+                         preferred_aggregation=preferred_aggregation)
+        self.target = target
+        self._backend = backend
+        self._timeout = shutdown_timeout_s or env_float(ENV_TIMEOUT, 3.0)
+        self._closed = False
+
+    def export(self, metrics_data: MetricsData, timeout_millis: float = 10_000,
+               **kwargs: object) -> MetricExportResult:
+        if self._backend is None:
+            return MetricExportResult.SUCCESS
+        points = _points(metrics_data)
+        if points == 0:
+            return MetricExportResult.SUCCESS
+        if self._closed:
+            DROPS.record("metric_points", LEDGER_SINK, DropReason.SHUTDOWN, points)
+            return MetricExportResult.FAILURE
+        self._backend.send_metrics(metrics_data, points)
+        return MetricExportResult.SUCCESS
+
+    def force_flush(self, timeout_millis: float = 10_000) -> bool:
+        if self._backend is None or self._closed:
+            return True
+        return self._backend.flush(timeout_millis / 1000)
+
+    def shutdown(self, timeout_millis: float = 30_000, **kwargs: object) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._backend is not None:
+            self._backend.release(remaining(min(self._timeout, timeout_millis / 1000)))
+
+
+class RerunSpanExporter(RerunSpanExporterBase):
     """Draws proof spans (and their events) in Rerun.
 
     Args:
@@ -89,80 +220,18 @@ class RerunSpanExporter(SpanExporter):
 
     def __init__(self, target: str | None = None, *, capture_witness: bool | None = None,
                  queue_size: int | None = None, shutdown_timeout_s: float | None = None) -> None:
-        self.target, self.sink = _open(target, queue_size)
-        self._witness = capture_witness
-        self._timeout = shutdown_timeout_s or env_float(ENV_TIMEOUT, 3.0)
-        self._closed = False
-
-    def _show_witness(self) -> bool:
-        return show_witness(self._witness)
-
-    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        if self.sink is None:
-            return SpanExportResult.SUCCESS
-        if self._closed:
-            _lose_spans(spans, DropReason.SHUTDOWN)
-            return SpanExportResult.FAILURE
-        try:
-            self.sink.submit_spans(spans, witness=self._show_witness())
-        except Exception as exc:  # never let the exporter raise into the SDK
-            _lose_spans(spans, DropReason.EXPORT_FAILED)
-            _log.warning("rerun span export failed: %r", exc)
-        return SpanExportResult.SUCCESS
-
-    def force_flush(self, timeout_millis: int = 30_000) -> bool:
-        if self.sink is None or self._closed:
-            return True
-        return self.sink.flush(timeout_millis / 1000)
-
-    def shutdown(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        if self.sink is not None:
-            sinks.release(self.sink, remaining(self._timeout))
+        parsed, self.sink = _open(target, queue_size)
+        super().__init__(parsed, SinkBackend(self.sink) if self.sink is not None else None,
+                         capture_witness, shutdown_timeout_s)
 
 
-class RerunMetricExporter(MetricExporter):
-    """Draws metric points (GPU, proof, self-telemetry) in Rerun.
-
-    Temporality and aggregation default to the SDK's (cumulative); the translation
-    differences cumulative points itself.
-    """
+class RerunMetricExporter(RerunMetricExporterBase):
+    """Draws metric points (GPU, proof, self-telemetry) in Rerun."""
 
     def __init__(self, target: str | None = None, *,
                  preferred_temporality: dict[type, object] | None = None,
                  preferred_aggregation: dict[type, Aggregation] | None = None,
                  queue_size: int | None = None, shutdown_timeout_s: float | None = None) -> None:
-        super().__init__(preferred_temporality=preferred_temporality,  # type: ignore[arg-type]
-                         preferred_aggregation=preferred_aggregation)
-        self.target, self.sink = _open(target, queue_size)
-        self._timeout = shutdown_timeout_s or env_float(ENV_TIMEOUT, 3.0)
-        self._closed = False
-
-    def export(self, metrics_data: MetricsData, timeout_millis: float = 10_000,
-               **kwargs: object) -> MetricExportResult:
-        if self.sink is None:
-            return MetricExportResult.SUCCESS
-        if self._closed:
-            DROPS.record("metric_points", SINK, DropReason.SHUTDOWN, sum(
-                len(m.data.data_points) for rm in metrics_data.resource_metrics
-                for sm in rm.scope_metrics for m in sm.metrics))
-            return MetricExportResult.FAILURE
-        try:
-            self.sink.submit_metrics(metrics_data)
-        except Exception as exc:
-            _log.warning("rerun metric export failed: %r", exc)
-        return MetricExportResult.SUCCESS
-
-    def force_flush(self, timeout_millis: float = 10_000) -> bool:
-        if self.sink is None or self._closed:
-            return True
-        return self.sink.flush(timeout_millis / 1000)
-
-    def shutdown(self, timeout_millis: float = 30_000, **kwargs: object) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        if self.sink is not None:
-            sinks.release(self.sink, remaining(min(self._timeout, timeout_millis / 1000)))
+        parsed, self.sink = _open(target, queue_size)
+        super().__init__(parsed, SinkBackend(self.sink) if self.sink is not None else None,
+                         preferred_temporality, preferred_aggregation, shutdown_timeout_s)

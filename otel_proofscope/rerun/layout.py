@@ -1,6 +1,6 @@
 """Geometry and colours of the 3D proof walk (pure maths, no Rerun calls).
 
-The layout is the seed's, so its users recognise the view: layer ``i`` sits on a helix
+The layout is stwo-ml's Rerun view, so its users recognise it: layer ``i`` sits on a helix
 (x = 3·i, y = 1.8·sin(0.9·i), z = 1.8·cos(0.9·i)) lifted by a per-kind offset, coloured
 by layer kind. Concurrent proofs get parallel helices (stacked along y, one per proof) instead of
 being drawn on top of each other.

@@ -177,7 +177,7 @@ def _from(rows: list[tuple[int, float]], since: int | None) -> list[tuple[int, f
 
 # ── capability gaps ──────────────────────────────────────────────────────────────────
 
-#: Distinct capability gaps kept for the table (the keyhog seed's dedup bound).
+#: Distinct capability gaps kept for the table (the same bound as gpu.EVIDENCE_DEDUP).
 MAX_GAPS = 1024
 
 

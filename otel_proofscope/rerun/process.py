@@ -38,20 +38,20 @@ from dataclasses import dataclass
 from typing import IO, Any
 
 from opentelemetry.sdk.metrics.export import (
-    MetricExporter,
-    MetricExportResult,
     MetricsData,
 )
 from opentelemetry.sdk.metrics.view import Aggregation
 from opentelemetry.sdk.trace import ReadableSpan
-from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from otel_proofscope.pipeline.deadline import remaining
-from otel_proofscope.pipeline.drops import DROPS, DropLedger
+from otel_proofscope.ledger import DROPS, DropLedger
+from otel_proofscope.otlp.encode import encode_metrics_request
 from otel_proofscope.pipeline.forking import after_fork_in_child
-from otel_proofscope.rerun.exporter import env_float, show_witness
+from otel_proofscope.rerun.exporter import (
+    RerunMetricExporterBase,
+    RerunSpanExporterBase,
+)
 from otel_proofscope.rerun.shared import SharedByTarget
-from otel_proofscope.rerun.sink import SINK, Target, parse_target
+from otel_proofscope.rerun.sink import LEDGER_SINK, Target, parse_target
 from otel_proofscope.rerun.span_wire import pack_spans
 from otel_proofscope.semconv import DropReason
 
@@ -102,7 +102,7 @@ def usable_cpus() -> int:
 
 
 def enabled(explicit: bool | None = None) -> bool:
-    """Whether :func:`~otel_proofscope.pipeline.config.configure` translates in a child.
+    """Whether :func:`~otel_proofscope.setup.configure` translates in a child.
 
     ``explicit`` if given, else ``PROOFSCOPE_RERUN_PROCESS`` (``1`` / ``0``), else
     automatic: a child where at least ``AUTO_MIN_CPUS`` CPUs are usable. There the
@@ -122,7 +122,7 @@ def enabled(explicit: bool | None = None) -> bool:
 
 def _lose(ledger: DropLedger, counts: Counts, reason: str) -> None:
     for signal, n in counts.as_dict().items():
-        ledger.record(signal, SINK, reason, n)
+        ledger.record(signal, LEDGER_SINK, reason, n)
 
 
 @dataclass
@@ -380,12 +380,47 @@ def _open(target: str | None, queue_bytes: int | None) -> tuple[Target, RerunWor
     return t, acquire(t, queue_bytes=queue_bytes or DEFAULT_QUEUE_BYTES)
 
 
-def _points(data: MetricsData) -> int:
-    return sum(len(m.data.data_points) for rm in data.resource_metrics
-               for sm in rm.scope_metrics for m in sm.metrics)
+class WorkerBackend:
+    """The child-process backend: the target's shared :class:`RerunWorker`."""
+
+    def __init__(self, worker: RerunWorker) -> None:
+        self.worker = worker
+        self._warned_refused = False
+
+    def send_spans(self, spans: Sequence[ReadableSpan], witness: bool) -> None:
+        counts = Counts(spans=len(spans), span_events=sum(len(s.events) for s in spans))
+        try:
+            payload, refused = pack_spans(spans)
+            if refused:
+                lost = Counts(spans=len(refused), span_events=sum(len(s.events) for s in refused))
+                _lose(DROPS, lost, DropReason.INVALID)
+                counts.sub(lost)
+                if not self._warned_refused:
+                    self._warned_refused = True
+                    _log.warning("rerun: %d span(s) carry attribute values that cannot "
+                                 "be sent to the Rerun worker; dropped and counted (once "
+                                 "logged)", len(refused))
+            self.worker.submit(SPANS_WITNESS if witness else SPANS, payload, counts)
+        except Exception as exc:  # never let the exporter raise into the SDK
+            _lose(DROPS, counts, DropReason.EXPORT_FAILED)
+            _log.warning("rerun span export failed: %r", exc)
+
+    def send_metrics(self, data: MetricsData, points: int) -> None:
+        counts = Counts(metric_points=points)
+        try:
+            self.worker.submit(METRICS, encode_metrics_request(data), counts)
+        except Exception as exc:
+            _lose(DROPS, counts, DropReason.EXPORT_FAILED)
+            _log.warning("rerun metric export failed: %r", exc)
+
+    def flush(self, timeout_s: float) -> bool:
+        return self.worker.flush(timeout_s)
+
+    def release(self, timeout_s: float) -> None:
+        release(self.worker, timeout_s)
 
 
-class RerunProcessSpanExporter(SpanExporter):
+class RerunProcessSpanExporter(RerunSpanExporterBase):
     """:class:`~otel_proofscope.rerun.exporter.RerunSpanExporter`, translating in a child.
 
     Args:
@@ -398,55 +433,12 @@ class RerunProcessSpanExporter(SpanExporter):
 
     def __init__(self, target: str | None = None, *, capture_witness: bool | None = None,
                  queue_bytes: int | None = None, shutdown_timeout_s: float | None = None) -> None:
-        self.target, self.worker = _open(target, queue_bytes)
-        self._witness = capture_witness
-        self._timeout = shutdown_timeout_s or env_float(ENV_TIMEOUT, 3.0)
-        self._closed = False
-        self._warned_refused = False
-
-    def _show_witness(self) -> bool:
-        return show_witness(self._witness)
-
-    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        if self.worker is None or not spans:
-            return SpanExportResult.SUCCESS
-        counts = Counts(spans=len(spans), span_events=sum(len(s.events) for s in spans))
-        if self._closed:
-            _lose(DROPS, counts, DropReason.SHUTDOWN)
-            return SpanExportResult.FAILURE
-        try:
-            payload, refused = pack_spans(spans)
-            if refused:
-                lost = Counts(spans=len(refused), span_events=sum(len(s.events) for s in refused))
-                _lose(DROPS, lost, DropReason.INVALID)
-                counts.sub(lost)
-                if not self._warned_refused:
-                    self._warned_refused = True
-                    _log.warning("rerun: %d span(s) carry attribute values that cannot "
-                                 "be sent to the Rerun worker; dropped and counted (once "
-                                 "logged)", len(refused))
-            self.worker.submit(SPANS_WITNESS if self._show_witness() else SPANS, payload,
-                               counts)
-        except Exception as exc:  # never let the exporter raise into the SDK
-            _lose(DROPS, counts, DropReason.EXPORT_FAILED)
-            _log.warning("rerun span export failed: %r", exc)
-        # SUCCESS: the batch is queued or its loss is counted (not again by the processor)
-        return SpanExportResult.SUCCESS
-
-    def force_flush(self, timeout_millis: int = 30_000) -> bool:
-        if self.worker is None or self._closed:
-            return True
-        return self.worker.flush(timeout_millis / 1000)
-
-    def shutdown(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        if self.worker is not None:
-            release(self.worker, remaining(self._timeout))
+        parsed, self.worker = _open(target, queue_bytes)
+        super().__init__(parsed, WorkerBackend(self.worker) if self.worker is not None
+                         else None, capture_witness, shutdown_timeout_s)
 
 
-class RerunProcessMetricExporter(MetricExporter):
+class RerunProcessMetricExporter(RerunMetricExporterBase):
     """:class:`~otel_proofscope.rerun.exporter.RerunMetricExporter`, translating in the
     child of the same target (one recording for spans and metrics)."""
 
@@ -454,43 +446,7 @@ class RerunProcessMetricExporter(MetricExporter):
                  preferred_temporality: dict[type, object] | None = None,
                  preferred_aggregation: dict[type, Aggregation] | None = None,
                  queue_bytes: int | None = None, shutdown_timeout_s: float | None = None) -> None:
-        super().__init__(preferred_temporality=preferred_temporality,  # type: ignore[arg-type]
-                         preferred_aggregation=preferred_aggregation)
-        self.target, self.worker = _open(target, queue_bytes)
-        self._timeout = shutdown_timeout_s or env_float(ENV_TIMEOUT, 3.0)
-        self._closed = False
-
-    def export(self, metrics_data: MetricsData, timeout_millis: float = 10_000,
-               **kwargs: object) -> MetricExportResult:
-        if self.worker is None:
-            return MetricExportResult.SUCCESS
-        counts = Counts(metric_points=_points(metrics_data))
-        if counts.metric_points == 0:
-            return MetricExportResult.SUCCESS
-        if self._closed:
-            _lose(DROPS, counts, DropReason.SHUTDOWN)
-            return MetricExportResult.FAILURE
-        try:
-            # Low volume: the official encoder is fast enough here.
-            from opentelemetry.exporter.otlp.proto.common._internal.metrics_encoder import (
-                encode_metrics,
-            )
-
-            payload = encode_metrics(metrics_data).SerializeToString()
-            self.worker.submit(METRICS, payload, counts)
-        except Exception as exc:
-            _lose(DROPS, counts, DropReason.EXPORT_FAILED)
-            _log.warning("rerun metric export failed: %r", exc)
-        return MetricExportResult.SUCCESS
-
-    def force_flush(self, timeout_millis: float = 10_000) -> bool:
-        if self.worker is None or self._closed:
-            return True
-        return self.worker.flush(timeout_millis / 1000)
-
-    def shutdown(self, timeout_millis: float = 30_000, **kwargs: object) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        if self.worker is not None:
-            release(self.worker, remaining(min(self._timeout, timeout_millis / 1000)))
+        parsed, self.worker = _open(target, queue_bytes)
+        super().__init__(parsed, WorkerBackend(self.worker) if self.worker is not None
+                         else None, preferred_temporality, preferred_aggregation,
+                         shutdown_timeout_s)

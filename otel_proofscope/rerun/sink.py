@@ -2,7 +2,7 @@
 
 The exporters only enqueue (``submit_*`` never blocks and never calls Rerun); the
 sender thread translates and sends. Every item that does not reach Rerun is counted in
-:data:`~otel_proofscope.pipeline.drops.DROPS` under sink ``rerun``: queue full, viewer
+:data:`~otel_proofscope.ledger.DROPS` under sink ``rerun``: queue full, viewer
 unavailable, shutdown deadline, or invalid input.
 
 Targets (``PROOFSCOPE_RERUN``): ``file:PATH.rrd`` (the default, ``file:proofscope.rrd``),
@@ -41,7 +41,7 @@ import rerun as rr
 from opentelemetry.sdk.metrics.export import MetricsData
 from opentelemetry.sdk.trace import ReadableSpan
 
-from otel_proofscope.pipeline.drops import DROPS, DropLedger
+from otel_proofscope.ledger import DROPS, DropLedger
 from otel_proofscope.pipeline.forking import after_fork_in_child
 from otel_proofscope.rerun import blueprint, exit_guard, span_guard
 from otel_proofscope.rerun.columns import Frame, Send
@@ -58,7 +58,9 @@ ENV_TARGET = "PROOFSCOPE_RERUN"
 DEFAULT_TARGET = "file:proofscope.rrd"
 DEFAULT_PORT = 9876
 APP_ID = "otel_proofscope"
-SINK = "rerun"
+#: The ``proofscope.sink`` label of Rerun's entries in the drop ledger (not a RerunSink).
+LEDGER_SINK = "rerun"
+SINK = LEDGER_SINK  # the old name
 #: Items (spans or metric points) queued before new ones are dropped and counted.
 DEFAULT_QUEUE = 8192
 #: Spans translated together (one frame, one send per entity).
@@ -99,7 +101,7 @@ def parse_target(text: str | None) -> Target:
             raise ValueError("rerun target 'file:' needs a path, e.g. file:proofscope.rrd")
         return Target("file", path=path)
     url = text
-    if "://" not in url:  # bare host:port, as the proof-stream seed accepts
+    if "://" not in url:  # bare host:port, as stwo-ml's Rerun sink accepts
         url = f"rerun+http://{url}/proxy"
     parsed = urlparse(url)
     if not parsed.scheme.startswith("rerun") or not parsed.hostname:
@@ -247,7 +249,7 @@ class RerunSink:
                 self._cond.notify()
             closed = self._closed
         if not ok:
-            self._ledger.record("metric_points", SINK, DropReason.SHUTDOWN if closed
+            self._ledger.record("metric_points", LEDGER_SINK, DropReason.SHUTDOWN if closed
                                 else DropReason.QUEUE_FULL, n)
             return False
         self._start()
@@ -310,20 +312,20 @@ class RerunSink:
     # ── accounting ───────────────────────────────────────────────────────────────────
 
     def _lose_spans(self, spans: int, events: int, reason: DropReason) -> None:
-        self._ledger.record("spans", SINK, reason, spans)
-        self._ledger.record("span_events", SINK, reason, events)
+        self._ledger.record("spans", LEDGER_SINK, reason, spans)
+        self._ledger.record("span_events", LEDGER_SINK, reason, events)
 
     def _lose_item(self, item: _Item, reason: DropReason) -> None:
         if item.kind == "spans":
             self._lose_spans(item.n, item.events, reason)
         elif item.kind == "metrics":
-            self._ledger.record("metric_points", SINK, reason, item.n)
+            self._ledger.record("metric_points", LEDGER_SINK, reason, item.n)
 
     def _record_issues(self, issues: Issues | MetricIssues) -> None:
         r = self._ledger.record
         if isinstance(issues, Issues):
-            r("spans", SINK, DropReason.INVALID, issues.malformed_spans)
-            r("span_events", SINK, DropReason.INVALID,
+            r("spans", LEDGER_SINK, DropReason.INVALID, issues.malformed_spans)
+            r("span_events", LEDGER_SINK, DropReason.INVALID,
               issues.invalid_events + issues.rejected_heatmaps)
             self.stats.spans_translated += issues.spans + issues.foreign_drawn
             self.stats.foreign_skipped += issues.foreign_skipped
@@ -335,12 +337,12 @@ class RerunSink:
                     _log.warning("rerun: could not translate some spans (counted as invalid): "
                                  "%s", issues.errors[0])
         else:
-            r("metric_points", SINK, DropReason.INVALID, issues.skipped)
+            r("metric_points", LEDGER_SINK, DropReason.INVALID, issues.skipped)
         for what, n in issues.capped.items():
-            r(what, SINK, DropReason.SIZE_CAP, n)
+            r(what, LEDGER_SINK, DropReason.SIZE_CAP, n)
         overflow = self.spans.gaps.overflow
         if overflow > self._gap_overflow:
-            r("capability_gaps", SINK, DropReason.SIZE_CAP, overflow - self._gap_overflow)
+            r("capability_gaps", LEDGER_SINK, DropReason.SIZE_CAP, overflow - self._gap_overflow)
             self._gap_overflow = overflow
 
     # ── sender thread ────────────────────────────────────────────────────────────────
@@ -510,7 +512,7 @@ class RerunSink:
     def _recording(self) -> rr.RecordingStream:
         if self._rec is None:
             rec = rr.RecordingStream(APP_ID, recording_id=str(uuid.uuid4()))
-            # The seed's layout is y-up (kind offsets and round bars point up).
+            # The layout is y-up (kind offsets and round bars point up).
             rec.log("/", rr.ViewCoordinates.RIGHT_HAND_Y_UP, static=True)
             self._rec = rec
         return self._rec

@@ -25,6 +25,13 @@ from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.trace import SpanContext, SpanKind, TraceFlags
 from opentelemetry.trace.status import Status, StatusCode
 
+from otel_proofscope.otlp.sdk_fields import (
+    FIELDS_OK,
+    events_fields,
+    plain_attributes,
+    span_fields,
+)
+
 VERSION = 1
 _RECORD_LEN = 11
 _EMPTY_RESOURCE = Resource({})
@@ -33,18 +40,23 @@ _UNSET = Status(StatusCode.UNSET)
 _OK = Status(StatusCode.OK)
 
 
+#: Whether _record_fast reads the SDK's private fields (else it reads the public ones).
+_FAST = FIELDS_OK
+
+
 def _plain(attrs: Any) -> dict[str, Any]:
-    # The SDK's BoundedAttributes keeps a plain dict; marshal takes exact dicts only.
+    # marshal takes exact dicts only; the SDK's BoundedAttributes keeps one inside.
     # (Its __len__, hence `not attrs`, is Python code: tested last.)
     if type(attrs) is dict:
         return attrs
-    inner = getattr(attrs, "_dict", None)
+    inner = plain_attributes(attrs)
     if type(inner) is dict:
         return inner
     return dict(attrs) if attrs else {}
 
 
 def _record(s: ReadableSpan) -> tuple[Any, ...]:
+    """The record from the public properties (what _record_fast must equal)."""
     ctx = s.context
     parent = s.parent
     status = s.status
@@ -57,47 +69,25 @@ def _record(s: ReadableSpan) -> tuple[Any, ...]:
             tuple((e.name, e.timestamp, _plain(e.attributes)) for e in s.events))
 
 
-def _record_fast(s: Any) -> tuple[Any, ...]:
-    # The same record from the SDK's private fields: the public properties copy the
-    # attributes (a MappingProxy) and the events (a tuple) of every span, which doubles
-    # the cost on the exporter thread, where it competes with the prover for the GIL.
-    # Used only when _probe_fast() found the fields as expected.
-    ctx = s._context
-    parent = s._parent
-    status = s._status
-    return (s._name, ctx.trace_id if ctx is not None else 0,
+def _record_fast(s: ReadableSpan) -> tuple[Any, ...]:
+    # The fields come from sdk_fields: the public properties copy the attributes (a
+    # MappingProxy) and the events (a tuple) of every span, which doubles the cost on
+    # the exporter thread, where it competes with the prover for the GIL.
+    (ctx, parent, name, kind, start, end, status, attrs, _, events, _, _, _) = span_fields(s)
+    return (name, ctx.trace_id if ctx is not None else 0,
             ctx.span_id if ctx is not None else 0,
             parent.span_id if parent is not None else 0,
-            s._kind.value, s._start_time or 0, s._end_time or 0,
-            status._status_code.value, status._description,
-            _plain(s._attributes),
-            tuple([(e._name, e._timestamp, _plain(e._attributes)) for e in s._events]))
-
-
-def _probe_fast() -> bool:
-    """Whether the installed SDK keeps span and event fields where _record_fast reads
-    them: checked once, on a real span, against the public properties."""
-    try:
-        from opentelemetry.sdk.trace import TracerProvider
-
-        tracer = TracerProvider().get_tracer("proofscope.probe")
-        with tracer.start_as_current_span("outer"), \
-                tracer.start_as_current_span("probe", attributes={"a": 1, "b": (2, 3)}) as span:
-            span.add_event("e", {"k": "v"}, timestamp=7)
-            span.set_status(Status(StatusCode.ERROR, "why"))
-        return bool(_record_fast(span) == _record(span))  # type: ignore[arg-type]
-    except Exception:
-        return False
-
-
-_FAST = _probe_fast()
+            kind.value, start or 0, end or 0,
+            status.status_code.value, status.description,
+            attrs if type(attrs) is dict else _plain(attrs),
+            tuple([(n, t, a if type(a) is dict else _plain(a))
+                   for n, t, a, _ in events_fields(events)]))
 
 
 def pack_spans(spans: Sequence[ReadableSpan]) -> tuple[bytes, list[ReadableSpan]]:
     """One frame for ``spans``, and the spans left out of it because a value could not
     be packed (never one the SDK's own validation lets through; the caller counts them)."""
-    record = _record_fast if _FAST else _record
-    records = [record(s) for s in spans]
+    records = [_record_fast(s) for s in spans]
     try:
         return marshal.dumps((VERSION, records)), []
     except ValueError:  # find the culprits only when there are any

@@ -1,7 +1,7 @@
 """Finished proof spans → Rerun rows (no I/O).
 
-Entity paths keep the seed's names where they fit. Per-proof entities carry the proof
-(the first 8 hex digits of its trace id, ``{p}``) right after the seed's group, so
+Entity paths keep stwo-ml's Rerun names where they fit. Per-proof entities carry the
+proof (the first 8 hex digits of its trace id, ``{p}``) right after that group, so
 concurrent proofs never overwrite each other and one blueprint filter
 (``gkr/claim/**``) still selects a quantity for all of them::
 
@@ -16,9 +16,9 @@ concurrent proofs never overwrite each other and one blueprint filter
 
 ``gkr/walk/{nodes,rounds,progress_trail}`` are *accumulating* entities: one row per
 event (a layer starting, a round finishing, a trail segment closing), which the
-blueprint shows with a visible time range from the start to the time cursor. The seed
-used an entity per layer and per round (one Rerun call each); here a whole batch is one
-call per entity. Each proof's helix is offset (``layout.proof_offset``), baked into the
+blueprint shows with a visible time range from the start to the time cursor. An entity
+per layer and per round would cost one Rerun call each; here a whole batch is one call
+per entity. Each proof's helix is offset (``layout.proof_offset``), baked into the
 positions.
 
 Every row is stamped with the span / event timestamp on the ``proof_time`` timeline,
@@ -46,6 +46,8 @@ from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.trace import StatusCode
 
 from otel_proofscope import fields
+from otel_proofscope.fields import M31
+from otel_proofscope.otlp.sdk_fields import events_fields, plain_attributes
 from otel_proofscope.rerun import layout
 from otel_proofscope.rerun.columns import Frame, Node
 from otel_proofscope.rerun.model import (
@@ -58,8 +60,6 @@ from otel_proofscope.rerun.model import (
     progress_rows,
 )
 from otel_proofscope.semconv import Attr, EventName, LayerKind, SpanName, StreamAttr
-
-M31 = (1 << 31) - 1
 
 #: Shared, accumulating walk entities (the blueprint gives them a visible time range).
 NODES = "gkr/walk/nodes"
@@ -176,31 +176,6 @@ def claim_fingerprint(claim: str) -> float | None:
             return None
         limb = value[0] if isinstance(value, tuple) else value
     return (limb % M31) / M31
-
-
-def _plain(attrs: Mapping[str, Any] | None) -> Mapping[str, Any]:
-    """The plain dict behind the SDK's BoundedAttributes (its Mapping.get is ~6x slower)."""
-    if attrs is None:
-        return {}
-    inner = getattr(attrs, "_dict", None)
-    return inner if isinstance(inner, dict) else attrs
-
-
-def _probe_event_internals() -> bool:
-    """Whether the SDK's Event keeps its fields as ``_name``/``_attributes``/``_timestamp``.
-
-    Reading them directly skips three property calls per sumcheck round; checked once
-    against the installed SDK, with the public properties as the fallback.
-    """
-    try:
-        ev = Event("probe", {"k": 1}, timestamp=7)
-        return (ev._name, ev._timestamp, ev._attributes) == (ev.name, ev.timestamp,
-                                                             ev.attributes)
-    except Exception:
-        return False
-
-
-_FAST_EVENTS = _probe_event_internals()
 
 
 def _event_time(ev: Event, default: int) -> int:
@@ -524,7 +499,7 @@ class SpanTranslator:
 
     def _layer(self, span: ReadableSpan, model: ProofModel, frame: Frame, issues: Issues,
                witness: bool, acc: _Rounds) -> bool:
-        a = _plain(span.attributes)
+        a = plain_attributes(span.attributes)
         index = _int(a, Attr.LAYER_INDEX)
         if index is None or index > MAX_LAYER_INDEX:
             return False
@@ -584,18 +559,15 @@ class SpanTranslator:
         ordered = True
         round_key, claim_key, error_key = Attr.SUMCHECK_ROUND, Attr.CLAIM, Attr.ERROR_TYPE
         name = EventName.SUMCHECK_ROUND
-        nan, m31, fast = math.nan, M31, _FAST_EVENTS
+        nan, m31 = math.nan, M31
         others = acc.others
+        events = span.events
         # The hot loop of a batch: one pass, plain dicts, the fingerprint's fast path inline.
-        for ev in span.events:
-            if fast and type(ev) is Event:
-                ev_name, a, t = ev._name, ev._attributes, ev._timestamp
-            else:
-                ev_name, a, t = ev.name, ev.attributes, ev.timestamp
+        for ev, (ev_name, t, a, _) in zip(events, events_fields(events), strict=True):
             if ev_name != name:
                 others.append(ev)
                 continue
-            a = getattr(a, "_dict", None) or a or {}
+            a = a or {}
             if type(t) is not int or t <= 0:
                 t = end
             rnd = a.get(round_key)

@@ -35,13 +35,13 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
     ExportMetricsServiceRequest,
 )
 
-from otel_proofscope.integrations.otlp_receiver import convert
+from otel_proofscope.ledger import DropLedger
+from otel_proofscope.otlp import decode
 from otel_proofscope.pipeline.deadline import (
     DEFAULT_SHUTDOWN_TIMEOUT_S,
     ENV_SHUTDOWN_TIMEOUT,
     parse_timeout,
 )
-from otel_proofscope.pipeline.drops import DropLedger
 from otel_proofscope.rerun import sink as sinks
 from otel_proofscope.rerun import span_wire
 from otel_proofscope.rerun.process import (
@@ -53,7 +53,7 @@ from otel_proofscope.rerun.process import (
     SPANS_WITNESS,
     Counts,
 )
-from otel_proofscope.rerun.sink import SINK, RerunSink, parse_target
+from otel_proofscope.rerun.sink import LEDGER_SINK, RerunSink, parse_target
 from otel_proofscope.semconv import DropReason
 
 _log = logging.getLogger("otel_proofscope.rerun.worker")
@@ -130,19 +130,19 @@ class Worker:
     def _metrics(self, points: int, payload: bytes) -> None:
         self.received.metric_points += points
         try:
-            batch = convert.metrics_from_request(ExportMetricsServiceRequest.FromString(payload))
+            batch = decode.metrics_from_request(ExportMetricsServiceRequest.FromString(payload))
         except Exception as exc:
             _log.warning("rerun worker: undecodable metric frame: %r", exc)
-            self.ledger.record("metric_points", SINK, DropReason.INVALID, points)
+            self.ledger.record("metric_points", LEDGER_SINK, DropReason.INVALID, points)
             return
-        self.ledger.record("metric_points", SINK, DropReason.INVALID, points - batch.points)
+        self.ledger.record("metric_points", LEDGER_SINK, DropReason.INVALID, points - batch.points)
         if batch.points:
             self._make_room(batch.points)
             self.sink.submit_metrics(batch.data)
 
     def _lose_spans(self, spans: int, events: int, reason: str) -> None:
-        self.ledger.record("spans", SINK, reason, spans)
-        self.ledger.record("span_events", SINK, reason, events)
+        self.ledger.record("spans", LEDGER_SINK, reason, spans)
+        self.ledger.record("span_events", LEDGER_SINK, reason, events)
 
     def _make_room(self, n: int) -> None:
         # Drain the sink before its queue could overflow: the pipe then fills and the

@@ -41,23 +41,30 @@ import threading
 import time
 from collections.abc import Callable, Collection
 from contextvars import ContextVar
-from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
 from opentelemetry import metrics, trace
-from opentelemetry.context import Context
 from opentelemetry.instrumentation.instrumentor import (  # type: ignore[attr-defined]
     BaseInstrumentor,
 )
 from opentelemetry.instrumentation.utils import is_instrumentation_enabled
 from opentelemetry.trace import Span, Status, StatusCode
-from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from opentelemetry.util.types import AttributeValue
 
 from otel_proofscope.integrations.ezkl import files
 from otel_proofscope.integrations.ezkl.logs import LogBridge
 from otel_proofscope.integrations.ezkl.package import _instruments
+from otel_proofscope.integrations.ezkl.phases import (
+    PROOF_SYSTEM,
+    SETTINGS_WRITTEN,
+    SPAN_NAMES,
+    OpenProof,
+    abs_path,
+    environment_context,
+    is_proof_span,
+)
+from otel_proofscope.integrations.ezkl.version import __version__
 from otel_proofscope.semconv import (
     METER_NAME,
     TRACER_NAME,
@@ -67,52 +74,10 @@ from otel_proofscope.semconv import (
     Metric,
     SpanName,
 )
-from otel_proofscope.version import __version__
 
-__all__ = ["EzklAttr", "EzklInstrumentor", "EzklSpanName"]
+__all__ = ["SPAN_NAMES", "EzklAttr", "EzklInstrumentor", "EzklSpanName"]
 
 _log = logging.getLogger("otel_proofscope.ezkl")
-
-PROOF_SYSTEM = "ezkl"
-
-
-#: Wrapped EZKL function → span name.
-SPAN_NAMES: dict[str, str] = {
-    "gen_settings": EzklSpanName.GEN_SETTINGS,
-    "calibrate_settings": EzklSpanName.CALIBRATE_SETTINGS,
-    "compile_circuit": SpanName.CIRCUIT_COMPILE,
-    "gen_srs": EzklSpanName.GEN_SRS,
-    "gen_witness": EzklSpanName.GEN_WITNESS,
-    "mock": EzklSpanName.MOCK,
-    "setup": EzklSpanName.SETUP,
-    "prove": EzklSpanName.PROVE,
-    "verify": SpanName.VERIFY,
-}
-
-# Which argument names the settings file / compiled circuit, per function.
-_SETTINGS_WRITTEN = {"gen_settings": "output", "calibrate_settings": "settings",
-                     "compile_circuit": "settings_path"}
-
-
-def _path(value: Any) -> str | None:
-    if isinstance(value, str | os.PathLike):
-        return os.path.abspath(os.fspath(value))
-    return None
-
-
-@dataclass
-class _OpenProof:
-    span: Span
-    context: Context
-    start_perf_ns: int
-    proved: bool = False
-    verified: bool | None = None
-    failed: bool = False
-    last_end_ns: int | None = None
-    settings_known: bool = False
-    ended: bool = False
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
 
 class EzklInstrumentor(BaseInstrumentor):  # type: ignore[misc]
     """Wraps EZKL's proving functions into contract spans (see the module docstring)."""
@@ -123,9 +88,9 @@ class EzklInstrumentor(BaseInstrumentor):  # type: ignore[misc]
             return
         self._initialised = True
         self._originals: list[tuple[ModuleType, str, Any]] = []
-        self._open: ContextVar[_OpenProof | None] = ContextVar("proofscope_ezkl_proof",
+        self._open: ContextVar[OpenProof | None] = ContextVar("proofscope_ezkl_proof",
                                                                default=None)
-        self._registry: dict[int, _OpenProof] = {}
+        self._registry: dict[int, OpenProof] = {}
         self._registry_lock = threading.Lock()
         self._phase_stack: list[Span] = []
         self._compiled_settings: dict[str, str] = {}
@@ -150,10 +115,7 @@ class EzklInstrumentor(BaseInstrumentor):  # type: ignore[misc]
                                         kwargs.get("tracer_provider"))
         self._meter_provider = kwargs.get("meter_provider")
         meter = metrics.get_meter(METER_NAME, __version__, self._meter_provider)
-        d = Metric.PROOF_DURATION
-        self._proof_duration = meter.create_histogram(
-            d.name, unit=d.unit, description=d.description,
-            explicit_bucket_boundaries_advisory=list(d.buckets or ()))
+        self._proof_duration = Metric.PROOF_DURATION.histogram(meter)
         v = Metric.PROOF_VERIFY_COUNT
         self._verify_count = meter.create_counter(v.name, v.unit, v.description)
         self._backend = str(kwargs.get("backend") or "cpu")
@@ -208,7 +170,7 @@ class EzklInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         for run in runs:
             self._end(run)
 
-    def _start_proof(self, model: str | None) -> _OpenProof:
+    def _start_proof(self, model: str | None) -> OpenProof:
         attrs: dict[str, AttributeValue] = {Attr.PROOF_SYSTEM: PROOF_SYSTEM,
                                             Attr.PROOF_BACKEND: self._backend}
         if model:
@@ -216,15 +178,15 @@ class EzklInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         # Nest under the caller's span if there is one; otherwise join the trace a parent
         # process handed down in TRACEPARENT (``proofscope run``), if any.
         parent = None if trace.get_current_span().get_span_context().is_valid \
-            else _environment_context()
+            else environment_context()
         span = self._tracer.start_span(SpanName.PROOF, context=parent, attributes=attrs)
-        run = _OpenProof(span, trace.set_span_in_context(span), time.perf_counter_ns())
+        run = OpenProof(span, trace.set_span_in_context(span), time.perf_counter_ns())
         self._open.set(run)
         with self._registry_lock:
             self._registry[id(run)] = run
         return run
 
-    def _end(self, run: _OpenProof) -> None:
+    def _end(self, run: OpenProof) -> None:
         with run.lock:
             if run.ended:
                 return
@@ -246,7 +208,7 @@ class EzklInstrumentor(BaseInstrumentor):  # type: ignore[misc]
             self._proof_duration.record((time.perf_counter_ns() - run.start_perf_ns) / 1e9,
                                         m_attrs)
 
-    def _proof_for(self, function: str, model: str | None) -> _OpenProof | None:
+    def _proof_for(self, function: str, model: str | None) -> OpenProof | None:
         """The proof root this call belongs to, opening or closing roots as needed."""
         run = self._open.get()
         if run is not None and run.ended:
@@ -289,9 +251,9 @@ class EzklInstrumentor(BaseInstrumentor):  # type: ignore[misc]
 
     def _call(self, function: str, original: Callable[..., Any], args: tuple[Any, ...],
               kwargs: dict[str, Any], params: dict[str, Any]) -> Any:
-        model = _path(params.get("model"))
+        model = abs_path(params.get("model"))
         current = trace.get_current_span()
-        user_root = current if _is_proof_span(current) else None
+        user_root = current if is_proof_span(current) else None
         run = None if user_root is not None else self._proof_for(function, model)
         root = user_root if user_root is not None else (run.span if run else None)
         parent = run.context if run is not None else None
@@ -335,7 +297,7 @@ class EzklInstrumentor(BaseInstrumentor):  # type: ignore[misc]
     # ── attributes after a call ─────────────────────────────────────────────────────
 
     def _after_success(self, function: str, params: dict[str, Any], result: Any, span: Span,
-                       root: Span | None, run: _OpenProof | None) -> None:
+                       root: Span | None, run: OpenProof | None) -> None:
         settings_path = self._settings_path(function, params)
         if settings_path is not None:
             settings = files.load_json(settings_path)
@@ -354,8 +316,8 @@ class EzklInstrumentor(BaseInstrumentor):  # type: ignore[misc]
             self._record_verified(result is True, span, root, run)
 
     def _after_prove(self, params: dict[str, Any], result: Any, span: Span,
-                     root: Span | None, run: _OpenProof | None) -> None:
-        proof_path = _path(params.get("proof_path"))
+                     root: Span | None, run: OpenProof | None) -> None:
+        proof_path = abs_path(params.get("proof_path"))
         doc = result if isinstance(result, dict) else files.load_json(proof_path)
         size = files.proof_size(doc) if doc is not None else None
         if size is not None:
@@ -369,14 +331,14 @@ class EzklInstrumentor(BaseInstrumentor):  # type: ignore[misc]
             run.proved = True
 
     def _after_failure(self, function: str, span: Span, root: Span | None,
-                       run: _OpenProof | None) -> None:
+                       run: OpenProof | None) -> None:
         if function == "verify":
             self._record_verified(False, span, root, run)
         elif function in ("gen_witness", "prove") and run is not None:
             run.failed = True
 
     def _record_verified(self, ok: bool, span: Span, root: Span | None,
-                         run: _OpenProof | None) -> None:
+                         run: OpenProof | None) -> None:
         span.set_attribute(Attr.PROOF_VERIFIED, ok)
         if not ok:
             span.set_status(Status(StatusCode.ERROR, "proof rejected"))
@@ -391,15 +353,15 @@ class EzklInstrumentor(BaseInstrumentor):  # type: ignore[misc]
                                        Attr.PROOF_VERIFIED: ok})
 
     def _settings_path(self, function: str, params: dict[str, Any]) -> str | None:
-        if function in _SETTINGS_WRITTEN:
-            path = _path(params.get(_SETTINGS_WRITTEN[function]))
-            compiled = _path(params.get("compiled_circuit"))
+        if function in SETTINGS_WRITTEN:
+            path = abs_path(params.get(SETTINGS_WRITTEN[function]))
+            compiled = abs_path(params.get("compiled_circuit"))
             if function == "compile_circuit" and compiled and path:
                 self._compiled_settings[compiled] = path
             return path
         if function == "verify":
-            return _path(params.get("settings_path"))
-        model = _path(params.get("model"))
+            return abs_path(params.get("settings_path"))
+        model = abs_path(params.get("model"))
         return self._compiled_settings.get(model) if model else None
 
     # ── GPU sampling during prove ───────────────────────────────────────────────────
@@ -407,13 +369,8 @@ class EzklInstrumentor(BaseInstrumentor):  # type: ignore[misc]
     def _start_gpu_sampler(self) -> Any:
         if not self._gpu_sampler:
             return None
-        try:
-            from otel_proofscope.gpu import start_sampler  # type: ignore[attr-defined]
-        except ImportError:
-            try:
-                from otel_proofscope.gpu.sampler import start_sampler
-            except ImportError:
-                return None
+        from otel_proofscope.gpu import start_sampler
+
         try:
             return start_sampler(meter_provider=self._meter_provider)
         except Exception:
@@ -426,18 +383,3 @@ def _stop_sampler(sampler: Any) -> None:
         sampler.stop()
     except Exception:
         _log.warning("GPU sampler failed to stop", exc_info=True)
-
-
-def _environment_context() -> Context | None:
-    traceparent = os.environ.get("TRACEPARENT")
-    if not traceparent:
-        return None
-    carrier = {"traceparent": traceparent}
-    if os.environ.get("TRACESTATE"):
-        carrier["tracestate"] = os.environ["TRACESTATE"]
-    ctx = TraceContextTextMapPropagator().extract(carrier)
-    return ctx if trace.get_current_span(ctx).get_span_context().is_valid else None
-
-
-def _is_proof_span(span: Span) -> bool:
-    return span.is_recording() and getattr(span, "name", None) == SpanName.PROOF

@@ -2,17 +2,17 @@
 
 ``proofscope serve`` runs it with the Rerun exporters, so a prover in any language that
 exports OTLP gets the Rerun view; a collector can fan out to it. The proto → SDK
-translation (:mod:`.convert`) is pure and usable on its own.
+translation (:mod:`otel_proofscope.otlp.decode`) is pure and usable on its own.
 """
 
-from otel_proofscope.integrations.otlp_receiver.convert import (
+from otel_proofscope.integrations.otlp_receiver.core import Ingest, Outcome
+from otel_proofscope.integrations.otlp_receiver.server import OtlpReceiver
+from otel_proofscope.otlp.decode import (
     MetricBatch,
     SpanBatch,
     metrics_from_request,
     spans_from_request,
 )
-from otel_proofscope.integrations.otlp_receiver.core import Ingest, Outcome
-from otel_proofscope.integrations.otlp_receiver.server import OtlpReceiver
 
 __all__ = [
     "Ingest",

@@ -24,14 +24,16 @@ from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult,
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from otel_proofscope.integrations.otlp_receiver import codec, convert, limits
-from otel_proofscope.pipeline.drops import DROPS, DropLedger
+from otel_proofscope.integrations.otlp_receiver import codec, limits
+from otel_proofscope.ledger import DROPS, DropLedger
+from otel_proofscope.otlp import decode
 from otel_proofscope.semconv import DropReason
 
 _log = logging.getLogger("otel_proofscope.serve")
 
-#: Sink name under which the receiver counts what it rejects or loses.
-SINK = "otlp_receiver"
+#: The ``proofscope.sink`` label of this receiver's entries in the drop ledger.
+LEDGER_SINK = "otlp_receiver"
+SINK = LEDGER_SINK  # the old name
 #: Drop reason for a request without the right bearer token (not yet in semconv.DropReason).
 REASON_UNAUTHENTICATED = "unauthenticated"
 #: Drop reason for a request turned away because the receiver was busy.
@@ -125,10 +127,6 @@ class Ingest:
 
     # ── checks the front ends run before they have the body ─────────────────────────
 
-    @property
-    def requires_token(self) -> bool:
-        return self._token is not None
-
     def authorized(self, authorization: str | None) -> bool:
         """Whether an ``Authorization`` header value carries the configured bearer token."""
         if self._token is None:
@@ -157,7 +155,7 @@ class Ingest:
     def timed_out(self, signal: codec.Signal | None) -> None:
         """Count a request closed at its deadline (``signal`` None: before its path)."""
         name = requests_signal(signal) if signal is not None else "otlp_requests"
-        self._ledger.record(name, SINK, _REASON[Outcome.TIMEOUT])
+        self._ledger.record(name, LEDGER_SINK, _REASON[Outcome.TIMEOUT])
         if signal is not None:
             self._count(signal, Outcome.TIMEOUT)
         _log.info("closed an OTLP/HTTP request not finished within %.0f s",
@@ -165,7 +163,7 @@ class Ingest:
 
     def reject(self, signal: codec.Signal, outcome: Outcome, message: str) -> Result:
         """Count a refused request and build its result."""
-        self._ledger.record(requests_signal(signal), SINK, _REASON[outcome])
+        self._ledger.record(requests_signal(signal), LEDGER_SINK, _REASON[outcome])
         self._count(signal, outcome)
         _log.info("rejected OTLP %s request (%s): %s", signal.value, outcome.value, message)
         return Result(outcome, message)
@@ -189,10 +187,10 @@ class Ingest:
         return self.handle_metrics(request)
 
     def handle_traces(self, request: ExportTraceServiceRequest) -> Result:
-        batch = convert.spans_from_request(request)
+        batch = decode.spans_from_request(request)
         rejected, message = batch.rejected, batch.error_message
         if rejected:
-            self._ledger.record("spans", SINK, DropReason.INVALID.value, rejected)
+            self._ledger.record("spans", LEDGER_SINK, DropReason.INVALID.value, rejected)
         accepted = len(batch.spans)
         if batch.spans:
             failed = self._export_spans(batch.spans)
@@ -205,10 +203,10 @@ class Ingest:
                       codec.response(codec.Signal.TRACES, rejected, message))
 
     def handle_metrics(self, request: ExportMetricsServiceRequest) -> Result:
-        batch = convert.metrics_from_request(request)
+        batch = decode.metrics_from_request(request)
         rejected, message = batch.rejected, batch.error_message
         if rejected:
-            self._ledger.record("metric_points", SINK, DropReason.INVALID.value, rejected)
+            self._ledger.record("metric_points", LEDGER_SINK, DropReason.INVALID.value, rejected)
         accepted = batch.points
         if batch.points:
             failed = self._export_metrics(batch.data, batch.points)
@@ -236,7 +234,7 @@ class Ingest:
                     _log.exception("span exporter %s raised", type(exporter).__name__)
                 if not ok:
                     name = type(exporter).__name__
-                    self._ledger.record("spans", f"{SINK}:{name}",
+                    self._ledger.record("spans", f"{LEDGER_SINK}:{name}",
                                         DropReason.EXPORT_FAILED.value, len(spans))
                     errors.append(f"{name}: {why}")
         return "; ".join(errors) if len(errors) == len(self.span_exporters) else ""
@@ -256,7 +254,7 @@ class Ingest:
                     _log.exception("metric exporter %s raised", type(exporter).__name__)
                 if not ok:
                     name = type(exporter).__name__
-                    self._ledger.record("metric_points", f"{SINK}:{name}",
+                    self._ledger.record("metric_points", f"{LEDGER_SINK}:{name}",
                                         DropReason.EXPORT_FAILED.value, points)
                     errors.append(f"{name}: {why}")
         return "; ".join(errors) if len(errors) == len(self.metric_exporters) else ""

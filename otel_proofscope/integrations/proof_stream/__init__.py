@@ -1,4 +1,4 @@
-"""Bridge for the stwo-ml proof-stream JSON events (DESIGN.md §2).
+"""Bridge for the stwo-ml zkML prover's proof-stream JSON events (``ProofEvent``).
 
 ``decoder`` turns one JSON line into a typed ``schema`` event (pure), ``bridge`` turns
 events into contract spans through ``ProofTracer``, ``sources`` reads lines from a

@@ -3,11 +3,11 @@
 Events arrive as a flat stream, so a small state machine keeps the open phases on a
 stack (proof → layer / weight opening / binding / STARK) and enters and leaves the
 ``ProofTracer`` context managers as start and end events arrive. Rules that keep the
-output honest (DESIGN.md §2, "where it falls short"):
+output honest where the stream itself is not:
 
 * **Timing.** Spans are timed by arrival, which is real only for a live source. What
   the stream itself measured (``duration_ms``) goes to ``proofscope.stream.duration``
-  and to the duration histograms, but only when it is non-zero: the seed sends 0 when
+  and to the duration histograms, but only when it is non-zero: stwo-ml sends 0 when
   it did not measure. The bridge's ``ProofTracer`` gets a no-op meter so replaying a
   file never records replay time as proof time.
 * **Claims.** ``claim_value_approx`` is one limb divided by 2^31−1 (and invented as
@@ -15,7 +15,7 @@ output honest (DESIGN.md §2, "where it falls short"):
   ``proof.claim`` is instead derived exactly from the round polynomial: p(0) + p(1)
   (= 2·c0 + c1 + c2 [+ c3], limb-wise mod 2^31−1), the claim the round reduces.
 * **GpuStatus** ``utilization`` is layer progress and ``free_memory_bytes`` is total
-  memory in the seed; they are recorded under names that say so, never as
+  memory in stwo-ml's stream; they are recorded under names that say so, never as
   ``hw.gpu.utilization``.
 * Witness data (activations, attention) only when capture is enabled.
 """
@@ -45,14 +45,13 @@ from otel_proofscope.instrumentation import (
 from otel_proofscope.integrations.proof_stream import schema as s
 from otel_proofscope.integrations.proof_stream.decoder import decode_line
 from otel_proofscope.integrations.proof_stream.stats import MAX_KEPT_ERRORS, SIGNAL, StreamStats
-from otel_proofscope.pipeline.drops import DROPS
+from otel_proofscope.ledger import DROPS
 from otel_proofscope.semconv import (
     METER_NAME,
     Attr,
     DropReason,
     EventName,
     Metric,
-    MetricDef,
     StreamAttr,
     StreamEvent,
 )
@@ -145,8 +144,8 @@ class StreamBridge:
                  live: bool = False) -> None:
         self.tracer = ProofTracer(tracer_provider, NoOpMeterProvider())
         meter = metrics.get_meter(METER_NAME, __version__, meter_provider)
-        self._proof_duration = _histogram(meter, Metric.PROOF_DURATION)
-        self._layer_duration = _histogram(meter, Metric.PROOF_LAYER_DURATION)
+        self._proof_duration = Metric.PROOF_DURATION.histogram(meter)
+        self._layer_duration = Metric.PROOF_LAYER_DURATION.histogram(meter)
         d = Metric.PROOF_SUMCHECK_ROUND_COUNT
         self._round_count = meter.create_counter(d.name, d.unit, d.description)
         self.system = system
@@ -324,7 +323,7 @@ class StreamBridge:
 
     def _circuit(self, ev: s.CircuitCompiled) -> None:
         if self._find("proof") is None:
-            # The seed compiles before ProofStart: hold it so it lands inside the proof.
+            # stwo-ml compiles before ProofStart: hold it so it lands inside the proof.
             if self._pending_circuit is not None:
                 self.stats.record_problem("CircuitCompiled superseded before any ProofStart")
             self._pending_circuit = ev
@@ -355,7 +354,7 @@ class StreamBridge:
     def _layer_start(self, ev: s.LayerStart) -> None:
         i = self._find("layer")
         if i is not None:
-            # The seed sends no LayerEnd for Identity layers: the next start ends them.
+            # stwo-ml sends no LayerEnd for Identity layers: the next start ends them.
             self._close_above(i - 1)
         entry = self._push("layer", self.tracer.layer(
             index=ev.layer_idx, kind=ev.kind, trace_cost=ev.trace_cost,
@@ -410,7 +409,7 @@ class StreamBridge:
         attrs: dict[str, AttributeValue] = {Attr.LAYER_PROOF_KIND: ev.kind}
         if ev.final_claim_value_approx is not None:
             attrs[StreamAttr.FINAL_CLAIM_A_NORMALIZED] = ev.final_claim_value_approx
-        if ev.rounds_completed > 0:  # the seed's GKR path always sends 0
+        if ev.rounds_completed > 0:  # stwo-ml's GKR path always sends 0
             attrs[StreamAttr.ROUNDS_COMPLETED] = ev.rounds_completed
             if entry.rounds == 0:
                 attrs[Attr.SUMCHECK_ROUNDS] = ev.rounds_completed
@@ -430,7 +429,7 @@ class StreamBridge:
 
     def _end_open_layer(self) -> None:
         # Openings, binding and the STARK run after the layer walk; a layer still open
-        # then is one the seed never ended (Identity / Input layers send no LayerEnd).
+        # then is one stwo-ml never ended (Identity / Input layers send no LayerEnd).
         i = self._find("layer")
         if i is not None:
             self._close_above(i - 1)
@@ -558,10 +557,3 @@ class StreamBridge:
 def _nan(value: float | None) -> float:
     # None is serde_json's encoding of NaN; the tracer rejects it as non-finite.
     return float("nan") if value is None else value
-
-
-def _histogram(meter: metrics.Meter, d: MetricDef) -> metrics.Histogram:
-    # Same definition as ProofTracer's, so the SDK hands back the same instrument.
-    return meter.create_histogram(
-        d.name, unit=d.unit, description=d.description,
-        explicit_bucket_boundaries_advisory=list(d.buckets) if d.buckets else None)

@@ -1,6 +1,6 @@
 """Typed mirror of the stwo-ml ``proof_stream::ProofEvent`` JSON contract.
 
-Field names are exactly the serde names of the Rust types (DESIGN.md §2); a bridge that
+Field names are exactly the serde names of stwo-ml's Rust types; a bridge that
 renamed them would silently miss data. Types follow serde_json's encoding: Rust tuples
 are JSON arrays (``Shape``), ``Option<T>`` is ``null`` or absent, non-finite ``f32``
 values arrive as ``null`` (serde_json cannot write NaN), unit enums are strings.
@@ -10,8 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from otel_proofscope.fields import M31
+
 #: The M31 prime 2^31 − 1; a QM31 element is four M31 limbs.
-M31_P = (1 << 31) - 1
+M31_P = M31
 
 Shape = tuple[int, ...]
 
@@ -80,8 +82,8 @@ class CircuitNodeMeta:
 
 @dataclass(frozen=True, slots=True)
 class GpuSnapshot:
-    """One device as the seed reports it. Beware: in the seed ``utilization`` is layer
-    progress and ``free_memory_bytes`` is the device's total memory (see the bridge)."""
+    """One device as stwo-ml reports it. Beware: its ``utilization`` is layer progress
+    and its ``free_memory_bytes`` is the device's total memory (see the bridge)."""
 
     device_id: int
     device_name: str

@@ -12,7 +12,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from otel_proofscope.integrations.proof_stream.decoder import Decoded, DecodeError
-from otel_proofscope.pipeline.drops import DROPS, REJECTIONS
+from otel_proofscope.ledger import DROPS, REJECTIONS
 from otel_proofscope.semconv import DropReason
 
 #: The ``signal`` under which stream losses are filed in ``DROPS``.

@@ -1,0 +1,115 @@
+"""The drop and rejection ledgers: every bounded queue, cap and sink reports its losses here.
+
+One ledger per process (``DROPS``). Each loss is counted exactly under
+(signal, sink, reason); the ``proofscope.dropped`` observable counter reads the ledger,
+a rate-limited log line reports the running total, and the exit summary prints it, so
+the three always agree with each other.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from otel_proofscope.semconv import Attr
+
+_log = logging.getLogger("otel_proofscope.drops")
+
+
+@dataclass(frozen=True, order=True)
+class DropKey:
+    signal: str  # spans, span_events, metric_points, logs, rerun_rows, stream_events
+    sink: str  # otlp, file, rerun, queue name …
+    reason: str  # a semconv.DropReason value
+
+    def attributes(self) -> dict[str, str]:
+        return {
+            Attr.PROOFSCOPE_SIGNAL: self.signal,
+            Attr.PROOFSCOPE_SINK: self.sink,
+            Attr.REASON: self.reason,
+        }
+
+
+class DropLedger:
+    """Thread-safe exact counters of lost telemetry, with a rate-limited warning."""
+
+    def __init__(self, log_interval_s: float = 10.0, name: str = "proofscope") -> None:
+        self._lock = threading.Lock()
+        self._counts: dict[DropKey, int] = {}
+        self._log_interval_s = log_interval_s
+        self._last_log = -float("inf")
+        self.name = name
+
+    def record(self, signal: str, sink: str, reason: str, count: int = 1) -> None:
+        if count <= 0:
+            return
+        key = DropKey(signal, sink, str(reason))
+        now = time.monotonic()
+        with self._lock:
+            self._counts[key] = self._counts.get(key, 0) + count
+            due = now - self._last_log >= self._log_interval_s
+            if due:
+                self._last_log = now
+                total = sum(self._counts.values())
+        if due:
+            _log.warning(
+                "otel_proofscope dropped telemetry: %d so far (latest: %d %s to %s, %s)",
+                total, count, signal, sink, reason,
+            )
+
+    def snapshot(self) -> dict[DropKey, int]:
+        with self._lock:
+            return dict(self._counts)
+
+    def total(self, signal: str | None = None, sink: str | None = None,
+              reason: str | None = None) -> int:
+        return sum(
+            n for k, n in self.snapshot().items()
+            if (signal is None or k.signal == signal)
+            and (sink is None or k.sink == sink)
+            and (reason is None or k.reason == reason)
+        )
+
+    def reset(self) -> None:
+        with self._lock:
+            self._counts.clear()
+            self._last_log = -float("inf")
+
+    def summary_lines(self) -> list[str]:
+        snap = self.snapshot()
+        if not snap:
+            return ["dropped: nothing"]
+        lines = [f"dropped: {sum(snap.values())} item(s)"]
+        lines += [f"  {n} {k.signal} → {k.sink} ({k.reason})" for k, n in sorted(snap.items())]
+        return lines
+
+
+class RejectionLedger:
+    """Counts bad input that the hot path records instead of raising."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts: dict[tuple[str, str], int] = {}
+
+    def record(self, field: str, reason: str) -> None:
+        with self._lock:
+            self._counts[(field, reason)] = self._counts.get((field, reason), 0) + 1
+
+    def snapshot(self) -> Mapping[tuple[str, str], int]:
+        with self._lock:
+            return dict(self._counts)
+
+    def total(self) -> int:
+        return sum(self.snapshot().values())
+
+    def reset(self) -> None:
+        with self._lock:
+            self._counts.clear()
+
+
+#: The process-wide ledgers.
+DROPS = DropLedger()
+REJECTIONS = RejectionLedger()

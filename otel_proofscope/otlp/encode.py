@@ -1,0 +1,427 @@
+"""The OTLP span encoder: ``ExportTraceServiceRequest`` bytes written directly.
+
+Why: the official encoder (``encode_spans`` building protobuf message objects, then
+``SerializeToString``) costs ~25 µs per prover span. It runs on the export thread, but
+that thread holds the GIL while it encodes, so the prover thread (pure Python) pays for
+it: the pipeline measured 1.6–2.1x the discarding baseline with it. Writing the wire
+format straight into ``bytes`` with caches for the repeated parts (attribute keys,
+``(key, value)`` pairs, names, resource, scope) costs a fraction of that.
+
+:func:`encode_export_request` produces the same ``ExportTraceServiceRequest`` as
+``opentelemetry.exporter.otlp.proto.common.trace_encoder.encode_spans`` (the tests parse
+ours and compare it with theirs on random SDK spans), field for field and in the same
+field order, so the bytes are normally identical too. Pure: no I/O, no SDK state; the
+span fields come from :mod:`otel_proofscope.otlp.sdk_fields`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import struct
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from opentelemetry.sdk.trace import ReadableSpan
+
+from otel_proofscope.otlp.sdk_fields import events_fields, plain_attributes, span_fields
+
+_log = logging.getLogger(__name__)
+
+# ── wire-format primitives ───────────────────────────────────────────────────────────
+
+_U64 = (1 << 64) - 1
+_VARINT_TABLE_SIZE = 1 << 14
+
+
+def _varint_slow(n: int) -> bytes:
+    out = bytearray()
+    while n > 0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+# Lengths and small ints are looked up, not computed: most fit in two bytes.
+_VT: list[bytes] = [_varint_slow(i) for i in range(_VARINT_TABLE_SIZE)]
+
+
+def _varint(n: int) -> bytes:
+    return _VT[n] if n < _VARINT_TABLE_SIZE else _varint_slow(n)
+
+
+def _ld(data: bytes) -> bytes:
+    """Length-delimited payload (length prefix + data), without the field tag."""
+    n = len(data)
+    return (_VT[n] if n < _VARINT_TABLE_SIZE else _varint_slow(n)) + data
+
+
+_pack_double = struct.Struct("<d").pack
+_pack_fixed64 = struct.Struct("<BQ").pack  # (tag, value): a one-byte tag and a fixed64
+_pack_fixed32_flags = struct.Struct("<I").pack
+_pack_times = struct.Struct("<BQBQ").pack  # span start (field 7) and end (field 8)
+
+# Span.flags (field 16, fixed32): SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE, | IS_REMOTE if remote.
+_FLAGS_LOCAL = b"\x85\x01" + _pack_fixed32_flags(0x100)
+_FLAGS_REMOTE = b"\x85\x01" + _pack_fixed32_flags(0x300)
+_LINK_FLAGS_LOCAL = b"\x35" + _pack_fixed32_flags(0x100)  # Link.flags is field 6
+_LINK_FLAGS_REMOTE = b"\x35" + _pack_fixed32_flags(0x300)
+
+# ── AnyValue / KeyValue (exactly the official _encode_value's type order) ─────────────
+
+
+def _any_value(value: Any) -> bytes:
+    """Body of an ``AnyValue`` message; raises where the official encoder raises."""
+    if value is None:
+        return b""
+    if isinstance(value, bool):
+        return b"\x10\x01" if value else b"\x10\x00"
+    if isinstance(value, str):
+        return b"\x0a" + _ld(value.encode("utf-8"))
+    if isinstance(value, int):
+        if not -(1 << 63) <= value < (1 << 63):
+            raise ValueError(f"Value out of range: {value}")
+        return b"\x18" + _varint(int(value) & _U64)
+    if isinstance(value, float):
+        return b"\x21" + _pack_double(value)
+    if isinstance(value, bytes):
+        return b"\x3a" + _ld(bytes(value))
+    if isinstance(value, Sequence):
+        body = b"".join([b"\x0a" + _ld(_any_value(v)) for v in value])
+        return b"\x2a" + _ld(body)
+    if isinstance(value, Mapping):
+        body = b"".join([b"\x0a" + _ld(_key_value(str(k), v)) for k, v in value.items()])
+        return b"\x32" + _ld(body)
+    raise TypeError(f"Invalid type {type(value)} of value {value}")
+
+
+def _key_value(key: str, value: Any) -> bytes:
+    if not isinstance(key, str):
+        raise TypeError(f"attribute key {key!r} is not a str")
+    kb = key.encode("utf-8")
+    head = b"\x0a" + _ld(kb) if kb else b""
+    return head + b"\x12" + _ld(_any_value(value))
+
+
+# Bounded caches of encoded attributes, keyed by (key, value, type(value)) so that
+# True, 1 and 1.0 (equal and equally hashed) never share an entry. Floats are never
+# cached (0.0 == -0.0, NaN != NaN); tuples only when every element is exactly a str
+# (equality with an all-str tuple then implies the same encoding) or exactly an int
+# (a hit is re-checked, since (1, True) == (1, 1)). Full caches are emptied, not
+# grown: losing an entry only costs a re-encode.
+_KV_CACHE_MAX = 8192
+_CACHEABLE_STR_LEN = 512
+_KV_CACHE: dict[tuple[Any, Any, type], bytes] = {}
+_INT_TUPLE_CACHE: dict[tuple[Any, Any], bytes] = {}
+_NAME_CACHE_MAX = 4096
+_SPAN_NAME_CACHE: dict[str, bytes] = {}
+_EVENT_NAME_CACHE: dict[str, bytes] = {}
+_NAME_CACHES = {b"\x2a": _SPAN_NAME_CACHE, b"\x12": _EVENT_NAME_CACHE}
+
+
+_KEY_CACHE: dict[str, bytes] = {}
+
+
+def _key_prefix(key: Any) -> bytes:
+    """The ``KeyValue.key`` field (tag, length, UTF-8), cached per key."""
+    encoded = _KEY_CACHE.get(key)
+    if encoded is None:
+        if not isinstance(key, str):
+            raise TypeError(f"attribute key {key!r} is not a str")
+        kb = key.encode("utf-8")
+        encoded = b"\x0a" + _ld(kb) if kb else b""
+        if len(kb) <= _CACHEABLE_STR_LEN:
+            if len(_KEY_CACHE) >= _NAME_CACHE_MAX:
+                _KEY_CACHE.clear()
+            _KEY_CACHE[key] = encoded
+    return encoded
+
+
+def _kv_miss(key: Any, value: Any) -> bytes | None:
+    """Encode one attribute (length-prefixed KeyValue); None if the official encoder
+    would skip it (it logs and drops attributes it cannot encode)."""
+    vt = type(value)
+    try:
+        if vt is str:
+            vb = value.encode("utf-8")
+            n = len(vb)
+            any_value = b"\x0a" + (_VT[n] if n < _VARINT_TABLE_SIZE else _varint_slow(n)) + vb
+        else:
+            any_value = _any_value(value)
+        n = len(any_value)
+        body = (_key_prefix(key) + b"\x12"
+                + (_VT[n] if n < _VARINT_TABLE_SIZE else _varint_slow(n)) + any_value)
+    except Exception as error:
+        _log.exception("Failed to encode key %s: %s", key, error)
+        return None
+    n = len(body)
+    encoded: bytes = (_VT[n] if n < _VARINT_TABLE_SIZE else _varint_slow(n)) + body
+    if vt is tuple:
+        if len(value) > 64 or len(encoded) > 4 * _CACHEABLE_STR_LEN:
+            return encoded
+        if all(type(v) is str for v in value):
+            cache: dict[Any, bytes] = _KV_CACHE
+            ckey: Any = (key, value, tuple)
+        elif all(type(v) is int for v in value):
+            cache, ckey = _INT_TUPLE_CACHE, (key, value)
+        else:
+            return encoded
+    elif vt is float or (vt is str and len(value) > _CACHEABLE_STR_LEN):
+        return encoded
+    else:
+        cache, ckey = _KV_CACHE, (key, value, vt)
+    if len(cache) >= _KV_CACHE_MAX:
+        cache.clear()
+    with contextlib.suppress(TypeError):  # unhashable (holds a mapping): not cached
+        cache[ckey] = encoded
+    return encoded
+
+
+def _kvs_slow(attributes: Mapping[str, Any]) -> list[bytes]:
+    out = []
+    for key, value in attributes.items():
+        encoded = _kv_miss(key, value)
+        if encoded is not None:
+            out.append(encoded)
+    return out
+
+
+def _kvs(attributes: Mapping[str, Any] | None) -> list[bytes]:
+    """Length-prefixed KeyValues of an attribute mapping, in its order."""
+    if not attributes:
+        return []
+    plain: Any = plain_attributes(attributes)
+    out: list[bytes] = []
+    append = out.append
+    get = _KV_CACHE.get
+    get_int_tuple = _INT_TUPLE_CACHE.get
+    try:
+        for key, value in plain.items():
+            vt = type(value)
+            encoded = get((key, value, vt))
+            if encoded is None:
+                if vt is tuple:
+                    encoded = get_int_tuple((key, value))
+                    if encoded is not None and not all(type(v) is int for v in value):
+                        encoded = None
+                if encoded is None:
+                    encoded = _kv_miss(key, value)
+                    if encoded is None:
+                        continue
+            append(encoded)
+    except TypeError:  # an unhashable value: no cache lookups for this mapping
+        return _kvs_slow(plain)
+    return out
+
+
+def _name_field(tag: bytes, name: str) -> bytes:
+    """A cached string field (span and event names repeat endlessly)."""
+    if not name:
+        return b""
+    cache = _NAME_CACHES[tag]
+    encoded = cache.get(name)
+    if encoded is None:
+        encoded = tag + _ld(name.encode("utf-8"))
+        if len(name) <= _CACHEABLE_STR_LEN:
+            if len(cache) >= _NAME_CACHE_MAX:
+                cache.clear()
+            cache[name] = encoded
+    return encoded
+
+
+def _str_field(tag: bytes, value: str | None) -> bytes:
+    if not value:
+        return b""
+    return tag + _ld(value.encode("utf-8"))
+
+
+def _uint_field(tag: bytes, value: int | None) -> bytes:
+    if not value:
+        return b""
+    return tag + _varint(value)
+
+
+def _attributes_field(tag: bytes, attributes: Mapping[str, Any] | None) -> bytes:
+    parts = _kvs(attributes)
+    return tag + tag.join(parts) if parts else b""
+
+
+# ── resource, scope, span ─────────────────────────────────────────────────────────────
+
+
+def _resource_body(resource: Any) -> bytes:
+    return _attributes_field(b"\x0a", resource.attributes)
+
+
+def _scope_body(scope: Any) -> bytes:
+    if scope is None:
+        return b""
+    return (_str_field(b"\x0a", scope.name) + _str_field(b"\x12", scope.version)
+            + _attributes_field(b"\x1a", scope.attributes))
+
+
+def _status_field(status: Any) -> bytes:
+    if status is None:
+        return b""
+    code = status.status_code.value
+    body = _str_field(b"\x12", status.description) + (b"\x18" + _varint(code) if code else b"")
+    return b"\x7a" + _ld(body)
+
+
+def _trace_state_field(tag: bytes, trace_state: Any) -> bytes:
+    if trace_state is None:
+        return b""
+    return _str_field(tag, ",".join([f"{k}={v}" for k, v in trace_state.items()]))
+
+
+def _link_field(link: Any) -> bytes:
+    ctx = link.context
+    body = (b"\x0a\x10" + ctx.trace_id.to_bytes(16, "big") + b"\x12\x08"
+            + ctx.span_id.to_bytes(8, "big") + _attributes_field(b"\x22", link.attributes)
+            + _uint_field(b"\x28", link.dropped_attributes)
+            + (_LINK_FLAGS_REMOTE if ctx.is_remote else _LINK_FLAGS_LOCAL))
+    return b"\x6a" + _ld(body)
+
+
+def _encode_span(span: ReadableSpan) -> bytes:
+    """One ``Span`` message body (without tag and length)."""
+    (ctx, parent, name, kind, start, end, status, attrs, dropped_attrs, events,
+     dropped_events, links, dropped_links) = span_fields(span)
+
+    parts = [b"\x0a\x10" + ctx.trace_id.to_bytes(16, "big") + b"\x12\x08"
+             + ctx.span_id.to_bytes(8, "big")]
+    trace_state = ctx.trace_state
+    if trace_state:
+        parts.append(_trace_state_field(b"\x1a", trace_state))
+    if parent:
+        parts.append(b"\x22\x08" + parent.span_id.to_bytes(8, "big"))
+    encoded = _SPAN_NAME_CACHE.get(name)
+    parts.append(encoded if encoded is not None else _name_field(b"\x2a", name))
+    parts.append(_KIND[kind])
+    if start and end:
+        parts.append(_pack_times(0x39, start, 0x41, end))
+    else:
+        if start:
+            parts.append(_pack_fixed64(0x39, start))
+        if end:
+            parts.append(_pack_fixed64(0x41, end))
+    if attrs:
+        kvs = _kvs(attrs)
+        if kvs:
+            parts.append(b"\x4a" + b"\x4a".join(kvs))
+    if dropped_attrs:
+        parts.append(b"\x50" + _varint(dropped_attrs))
+
+    # Events inline, with the attribute cache lookups of _kvs repeated here rather
+    # than called: a prover span carries many events, and a call per event measured
+    # ~25% of the encoder's time per span.
+    kv_get = _KV_CACHE.get
+    int_tuple_get = _INT_TUPLE_CACHE.get
+    event_name_get = _EVENT_NAME_CACHE.get
+    for ev_name, ts, ev_attrs, ev_dropped in events_fields(events):
+        ev_parts = []
+        if ts:
+            ev_parts.append(_pack_fixed64(0x09, ts))
+        if ev_name:
+            encoded = event_name_get(ev_name)
+            if encoded is None:
+                encoded = _name_field(b"\x12", ev_name)
+            ev_parts.append(encoded)
+        if ev_attrs:
+            kvs = []
+            try:
+                for key, value in ev_attrs.items():
+                    vt = type(value)
+                    encoded = kv_get((key, value, vt))
+                    if encoded is None:
+                        if vt is tuple:
+                            encoded = int_tuple_get((key, value))
+                            if encoded is not None and not all(type(v) is int for v in value):
+                                encoded = None
+                        if encoded is None:
+                            encoded = _kv_miss(key, value)
+                            if encoded is None:
+                                continue
+                    kvs.append(encoded)
+            except TypeError:  # an unhashable value
+                kvs = _kvs_slow(ev_attrs)
+            if kvs:
+                ev_parts.append(b"\x1a" + b"\x1a".join(kvs))
+        if ev_dropped:
+            ev_parts.append(b"\x20" + _varint(ev_dropped))
+        body = b"".join(ev_parts)
+        n = len(body)
+        parts.append(b"\x5a" + (_VT[n] if n < _VARINT_TABLE_SIZE else _varint_slow(n)) + body)
+
+    if dropped_events:
+        parts.append(b"\x60" + _varint(dropped_events))
+    for link in links:
+        parts.append(_link_field(link))
+    if dropped_links:
+        parts.append(b"\x70" + _varint(dropped_links))
+    if status is not None:
+        encoded = _STATUS.get((status.status_code, status.description))
+        if encoded is None:
+            encoded = _status_field(status)
+        parts.append(encoded)
+    parts.append(_FLAGS_REMOTE if parent is not None and parent.is_remote else _FLAGS_LOCAL)
+    return b"".join(parts)
+
+
+def _build_kind_table() -> dict[Any, bytes]:
+    from opentelemetry.trace import SpanKind, StatusCode
+
+    kinds = {kind: b"\x30" + _varint(kind.value + 1) for kind in SpanKind}
+    # Statuses without a description are shared constants.
+    for code in StatusCode:
+        _STATUS[(code, None)] = b"\x7a" + _ld(b"\x18" + _varint(code.value) if code.value else b"")
+    return kinds
+
+
+_STATUS: dict[tuple[Any, str | None], bytes] = {}
+_KIND = _build_kind_table()
+
+
+def encode_export_request(spans: Sequence[ReadableSpan]) -> bytes:
+    """Serialized ``ExportTraceServiceRequest`` for ``spans``, grouped by resource, then
+    instrumentation scope, in first-seen order (as the official encoder groups them)."""
+    # Grouping uses the same (equality-based) keys as the official encoder; identity
+    # checks first so the costly Resource hash runs once per distinct object.
+    groups: dict[Any, dict[Any, list[bytes]]] = {}
+    last_resource: Any = object()
+    last_scope: Any = object()
+    current: list[bytes] = []
+    for span in spans:
+        resource = span.resource
+        scope = span.instrumentation_scope
+        if resource is not last_resource or scope is not last_scope:
+            by_scope = groups.setdefault(resource, {})
+            current = by_scope.setdefault(scope or None, [])
+            last_resource, last_scope = resource, scope
+        body = _encode_span(span)
+        n = len(body)
+        current.append(b"\x12" + (_VT[n] if n < _VARINT_TABLE_SIZE else _varint_slow(n)) + body)
+
+    out: list[bytes] = []
+    for resource, by_scope in groups.items():
+        rs_parts = [b"\x0a" + _ld(_resource_body(resource))]
+        for scope, encoded_spans in by_scope.items():
+            ss = (b"\x0a" + _ld(_scope_body(scope)) + b"".join(encoded_spans)
+                  + _str_field(b"\x1a", scope.schema_url if scope is not None else None))
+            rs_parts.append(b"\x12" + _ld(ss))
+        rs_parts.append(_str_field(b"\x1a", resource.schema_url))
+        out.append(b"\x0a" + _ld(b"".join(rs_parts)))
+    return b"".join(out)
+
+
+def encode_metrics_request(metrics_data: Any) -> bytes:
+    """Serialized ``ExportMetricsServiceRequest`` for SDK ``MetricsData``.
+
+    The official encoder, through its public module: metrics are low volume (one batch
+    per collection interval), so its cost does not matter.
+    """
+    from opentelemetry.exporter.otlp.proto.common.metrics_encoder import encode_metrics
+
+    return encode_metrics(metrics_data).SerializeToString()  # type: ignore[no-any-return]
+

@@ -1,0 +1,189 @@
+"""The OpenTelemetry SDK's private span, event and attribute fields: one probe, one set
+of readers.
+
+Why read private fields at all: the public properties copy. ``ReadableSpan.attributes``
+wraps the attributes in a ``MappingProxyType``, ``.events`` builds a new tuple, and
+``BoundedAttributes.get`` is Python code about six times slower than the plain dict it
+wraps. On the export thread, which competes with the prover for the GIL, those copies
+doubled the cost of encoding a span (OTLP encoder and Rerun span frames alike).
+
+This is the only module that names those fields. :data:`FIELDS_OK` is the result of
+one probe, run at import on a real SDK span, that checks every private field read here
+against its public property; when it fails (a future SDK moved something), every
+reader below falls back to the public API, which is slower and equally correct.
+:func:`bounded_attributes` is the one write: it fills a ``BoundedAttributes`` with
+values that are already valid, skipping the SDK's per-value re-validation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from opentelemetry.attributes import BoundedAttributes
+from opentelemetry.sdk.trace import Event, ReadableSpan, Span
+from opentelemetry.sdk.util import BoundedList
+from opentelemetry.trace.status import Status, StatusCode
+
+#: The public ``ReadableSpan`` properties whose storage the private readers bypass; a
+#: class that overrides any of them is read through the public API.
+_READABLE_SPAN_PROPS = ("parent", "name", "kind", "start_time",
+                        "end_time", "status", "attributes", "events", "links",
+                        "dropped_attributes", "dropped_events", "dropped_links")
+_PLAIN_SPAN_TYPES: dict[type, bool] = {}
+
+#: ``(context, parent, name, kind, start, end, status, attributes, dropped_attributes,
+#: events, dropped_events, links, dropped_links)``; ``attributes`` is a plain mapping
+#: where the probe allows, ``events`` and ``links`` are iterables.
+SpanFields = tuple[Any, Any, str, Any, "int | None", "int | None", Any, Any, int, Any,
+                   int, Any, int]
+#: ``(name, timestamp, attributes, dropped_attributes)`` of one span event.
+EventFields = tuple[str, Any, Any, int]
+
+
+def _sdk_span_storage(cls: type) -> bool:
+    """True when ``cls`` keeps the SDK's storage, so its private fields hold what its
+    public properties return (the SDK's live ``Span`` overrides ``get_span_context``
+    only to return the same ``_context``)."""
+    plain = _PLAIN_SPAN_TYPES.get(cls)
+    if plain is None:
+        plain = (issubclass(cls, ReadableSpan)
+                 and cls.get_span_context in (ReadableSpan.get_span_context,
+                                              Span.get_span_context)
+                 and all(getattr(cls, p, None) is getattr(ReadableSpan, p)
+                         for p in _READABLE_SPAN_PROPS))
+        _PLAIN_SPAN_TYPES[cls] = plain
+    return plain
+
+
+def _private_span(span: Any) -> SpanFields:
+    attrs: Any = span._attributes
+    events: Any = span._events
+    links: Any = span._links
+    if type(attrs) is BoundedAttributes:
+        dropped_attrs = attrs.dropped
+        attrs = attrs._dict
+    else:
+        dropped_attrs = 0
+    if type(events) is BoundedList:
+        dropped_events = events.dropped
+        events = events._dq  # type: ignore[attr-defined]
+    else:
+        dropped_events = 0
+    if type(links) is BoundedList:
+        dropped_links = links.dropped
+        links = links._dq  # type: ignore[attr-defined]
+    else:
+        dropped_links = 0
+    return (span._context, span._parent, span._name, span._kind, span._start_time,
+            span._end_time, span._status, attrs, dropped_attrs, events, dropped_events,
+            links, dropped_links)
+
+
+def _public_span(span: ReadableSpan) -> SpanFields:
+    return (span.get_span_context(), span.parent, span.name, span.kind, span.start_time,
+            span.end_time, span.status, span.attributes, span.dropped_attributes,
+            span.events, span.dropped_events, span.links, span.dropped_links)
+
+
+def _private_event(event: Any) -> EventFields:
+    attrs: Any = event._attributes
+    if type(attrs) is BoundedAttributes:
+        return event._name, event._timestamp, attrs._dict, attrs.dropped
+    return event._name, event._timestamp, attrs, 0
+
+
+def _public_event(event: Any) -> EventFields:
+    return event.name, event.timestamp, event.attributes, event.dropped_attributes
+
+
+def _comparable(f: SpanFields) -> tuple[Any, ...]:
+    return (*f[:7], dict(f[7]), f[8], tuple(f[9]), f[10], tuple(f[11]), f[12])
+
+
+def _probe() -> bool:
+    """Whether the installed SDK keeps span, event and attribute fields where the
+    private readers look: checked once, on a real span, against the public API."""
+    try:
+        from opentelemetry.sdk.trace import TracerProvider
+
+        tracer = TracerProvider().get_tracer("proofscope.probe")
+        with tracer.start_as_current_span("outer"), \
+                tracer.start_as_current_span("probe", attributes={"a": 1, "b": (2, 3)},
+                                             links=()) as span:
+            span.add_event("e", {"k": "v"}, timestamp=7)
+            span.set_status(Status(StatusCode.ERROR, "why"))
+        if not _sdk_span_storage(type(span)):
+            return False
+        private, public = _private_span(span), _public_span(span)  # type: ignore[arg-type]
+        same_span = _comparable(private) == _comparable(public)
+        event = public[9][0]
+        ev_private, ev_public = _private_event(event), _public_event(event)
+        same_event = (type(event) is Event and ev_private[:2] == ev_public[:2]
+                      and dict(ev_private[2]) == dict(ev_public[2])
+                      and ev_private[3] == ev_public[3])
+        bounded = bounded_attributes({"x": 1}, 2)
+        same_store = type(bounded._dict) is dict and dict(bounded) == {"x": 1}
+        return bool(same_span and same_event and same_store
+                    and type(private[7]) is dict and type(ev_private[2]) is dict)
+    except Exception:
+        return False
+
+
+def span_fields(span: ReadableSpan) -> SpanFields:
+    """Every field the OTLP encoder and the Rerun frames read, in one call."""
+    if FIELDS_OK and _sdk_span_storage(type(span)):
+        return _private_span(span)
+    return _public_span(span)
+
+
+def event_fields(event: Any) -> EventFields:
+    """``(name, timestamp, attributes, dropped_attributes)`` of a span event."""
+    if FIELDS_OK and type(event) is Event:
+        return _private_event(event)
+    return _public_event(event)
+
+
+def events_fields(events: Any) -> list[EventFields]:
+    """:func:`event_fields` of every event of a span, in one call (a prover span carries
+    many events, and a call per event adds up)."""
+    if FIELDS_OK:
+        # The common case (an SDK Event with BoundedAttributes) is read inline: a
+        # function call per event would cost as much as the reads themselves.
+        bounded, event_type, other = BoundedAttributes, Event, event_fields
+        return [(e._name, e._timestamp, (a := e._attributes)._dict, a.dropped)
+                if type(e) is event_type and type(e._attributes) is bounded else other(e)
+                for e in events]
+    return [_public_event(e) for e in events]
+
+
+def plain_attributes(attrs: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    """The plain dict behind the SDK's ``BoundedAttributes`` (its ``Mapping.get`` is ~6x
+    slower); any other mapping as it is, ``None`` as an empty dict."""
+    if attrs is None:
+        return {}
+    if FIELDS_OK and type(attrs) is BoundedAttributes:
+        return attrs._dict  # type: ignore[no-any-return]
+    return attrs
+
+
+def bounded_attributes(values: Mapping[str, Any], dropped: int) -> BoundedAttributes:
+    """A mutable ``BoundedAttributes`` holding ``values`` and counting ``dropped``.
+
+    ``values`` must already be valid attribute values (the OTLP decoder builds them so):
+    they go straight into the private store, because the SDK's per-value re-validation
+    would double the cost of a decoded span. Without that store, the public constructor.
+    """
+    attrs = BoundedAttributes(None, None, immutable=False, extended_attributes=True)
+    store = getattr(attrs, "_dict", None)
+    if isinstance(store, dict):
+        store.update(values)
+    else:  # pragma: no cover - a future SDK without the private store
+        attrs = BoundedAttributes(None, values, immutable=False, extended_attributes=True)
+    attrs.dropped = dropped
+    return attrs
+
+
+#: Whether the private readers are in use (the probe passed on the installed SDK).
+FIELDS_OK: bool = False
+FIELDS_OK = _probe()

@@ -1,0 +1,199 @@
+"""What :func:`otel_proofscope.setup.configure` was asked for: keyword arguments and
+environment variables, parsed and validated once into a frozen :class:`Options`.
+
+A keyword argument wins over its variable; a value that cannot be meant (not a number,
+``nan``, ``inf``, zero or negative where a positive amount is needed) is refused with a
+``ValueError`` naming the argument or variable and the value, before anything is built.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from opentelemetry.sdk.metrics.export import MetricReader
+from opentelemetry.sdk.trace.export import SpanExporter
+
+from otel_proofscope.pipeline.deadline import ENV_SHUTDOWN_TIMEOUT, parse_timeout
+
+DEFAULT_OUT_DIR = "proofscope-out"
+DEFAULT_MAX_EVENTS_PER_SPAN = 16_384
+DEFAULT_MAX_QUEUE = 8_192
+DEFAULT_SHUTDOWN_TIMEOUT_S = 3.0
+DEFAULT_METRIC_INTERVAL_MS = 5000.0
+#: Where an unset Prometheus port lands when OTEL_METRICS_EXPORTER names prometheus.
+DEFAULT_PROMETHEUS_PORT = 9464
+
+
+def env_bool(name: str) -> bool | None:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return None
+    return raw.strip().lower() in ("1", "true", "yes", "on")
+
+
+def positive_float(name: str, raw: str | float) -> float:
+    """``raw`` as a finite number above zero, else a ValueError naming ``name``."""
+    try:
+        value = float(raw)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a number, got {raw!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{name} must be a positive finite number, got {raw!r}")
+    return value
+
+
+def positive_int(name: str, raw: str | int) -> int:
+    """``raw`` as an integer above zero, else a ValueError naming ``name``."""
+    try:
+        value = int(raw)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be an integer, got {raw!r}") from None
+    if value <= 0:
+        raise ValueError(f"{name} must be a positive integer, got {raw!r}")
+    return value
+
+
+def env_float(name: str, default: float) -> float:
+    raw = os.environ.get(name)
+    return positive_float(name, raw) if raw else default
+
+
+def env_list(name: str) -> list[str] | None:
+    raw = os.environ.get(name)
+    if raw is None or not raw.strip():
+        return None
+    return [p.strip().lower() for p in raw.split(",") if p.strip()]
+
+
+def otlp_endpoint_configured(kind: str) -> bool:
+    return bool(os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+                or os.environ.get(f"OTEL_EXPORTER_OTLP_{kind.upper()}_ENDPOINT"))
+
+
+def _port(name: str, raw: str | int) -> int:
+    """A TCP port; 0 asks the OS for a free one."""
+    try:
+        port = int(raw)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a TCP port number, got {raw!r}") from None
+    if not 0 <= port <= 65535:
+        raise ValueError(f"{name} must be a TCP port (0-65535), got {raw!r}")
+    return port
+
+
+def _kwarg_or_env_float(arg: str, value: float | None, env: str, default: float) -> float:
+    if value:  # None and 0 mean "not given", as they always have
+        return positive_float(arg, value)
+    return env_float(env, default)
+
+
+@dataclass(frozen=True)
+class Options:
+    """Everything configure() builds from, parsed once (see :meth:`resolve`)."""
+
+    service_name: str | None
+    resource_attributes: Mapping[str, str]
+    out_dir: Path
+    rerun_target: str
+    rerun_process: bool | None
+    prometheus_port: int | None
+    capture_witness: bool
+    export_witness: bool
+    metric_interval_s: float
+    shutdown_timeout_s: float
+    max_events_per_span: int
+    max_queue_size: int
+    handle_sigterm: bool
+    set_global: bool
+    trace_exporters: tuple[str, ...]
+    metric_exporters: tuple[str, ...]
+    span_exporters: tuple[tuple[str, SpanExporter], ...] = field(default=())
+    metric_readers: tuple[MetricReader, ...] = field(default=())
+
+    @property
+    def rerun_on(self) -> bool:
+        return self.rerun_target.lower() not in ("", "off", "none")
+
+    @classmethod
+    def resolve(
+        cls,
+        *,
+        service_name: str | None = None,
+        resource_attributes: Mapping[str, str] | None = None,
+        out_dir: str | Path | None = None,
+        rerun: str | None = None,
+        rerun_process: bool | None = None,
+        prometheus_port: int | None = None,
+        capture_witness: bool | None = None,
+        export_witness: bool | None = None,
+        metric_interval_s: float | None = None,
+        shutdown_timeout_s: float | None = None,
+        max_events_per_span: int | None = None,
+        max_queue_size: int | None = None,
+        handle_sigterm: bool = True,
+        span_exporters: Sequence[tuple[str, SpanExporter]] = (),
+        metric_readers: Sequence[MetricReader] = (),
+        set_global: bool = True,
+    ) -> Options:
+        """configure()'s arguments merged with the environment; raises ValueError for a
+        value that cannot be meant, naming where it came from."""
+        # One validation for the bound, shared with the Rerun worker (pipeline/deadline):
+        # finite, positive, at most a day. None and 0 mean "not given", as always.
+        bound = (parse_timeout(shutdown_timeout_s, name="shutdown_timeout_s")
+                 if shutdown_timeout_s else parse_timeout(
+                     os.environ.get(ENV_SHUTDOWN_TIMEOUT), default=DEFAULT_SHUTDOWN_TIMEOUT_S))
+        if metric_interval_s is not None:
+            interval = positive_float("metric_interval_s", metric_interval_s)
+        else:
+            interval = env_float("OTEL_METRIC_EXPORT_INTERVAL",
+                                 DEFAULT_METRIC_INTERVAL_MS) / 1000
+        capture = capture_witness if capture_witness is not None else bool(
+            env_bool("PROOFSCOPE_CAPTURE_WITNESS"))
+        export_w = export_witness if export_witness is not None else bool(
+            env_bool("PROOFSCOPE_EXPORT_WITNESS"))
+        target = (rerun if rerun is not None
+                  else os.environ.get("PROOFSCOPE_RERUN", "off")).strip()
+        if prometheus_port is not None:
+            port: int | None = _port("prometheus_port", prometheus_port)
+        elif raw_port := os.environ.get("PROOFSCOPE_PROMETHEUS_PORT"):
+            port = _port("PROOFSCOPE_PROMETHEUS_PORT", raw_port)
+        else:
+            port = None
+        max_events = (positive_int("max_events_per_span", max_events_per_span)
+                      if max_events_per_span else positive_int(
+                          "PROOFSCOPE_MAX_EVENTS_PER_SPAN",
+                          os.environ.get("PROOFSCOPE_MAX_EVENTS_PER_SPAN")
+                          or DEFAULT_MAX_EVENTS_PER_SPAN))
+        queue_size = (positive_int("max_queue_size", max_queue_size)
+                      if max_queue_size else positive_int(
+                          "PROOFSCOPE_MAX_QUEUE",
+                          os.environ.get("PROOFSCOPE_MAX_QUEUE") or DEFAULT_MAX_QUEUE))
+        directory = Path(out_dir or os.environ.get("PROOFSCOPE_OUT_DIR") or DEFAULT_OUT_DIR)
+
+        rerun_on = target.lower() not in ("", "off", "none")
+        trace_names = env_list("OTEL_TRACES_EXPORTER")
+        if trace_names is None:
+            trace_names = ["otlp" if otlp_endpoint_configured("traces") else "file"]
+            if rerun_on:
+                trace_names.append("rerun")
+        metric_names = env_list("OTEL_METRICS_EXPORTER")
+        if metric_names is None:
+            metric_names = ["otlp" if otlp_endpoint_configured("metrics") else "file"]
+            if rerun_on:
+                metric_names.append("rerun")
+        if "prometheus" in metric_names and not port:
+            port = DEFAULT_PROMETHEUS_PORT
+
+        return cls(
+            service_name=service_name, resource_attributes=dict(resource_attributes or {}),
+            out_dir=directory, rerun_target=target, rerun_process=rerun_process,
+            prometheus_port=port, capture_witness=capture, export_witness=export_w,
+            metric_interval_s=interval, shutdown_timeout_s=bound,
+            max_events_per_span=max_events, max_queue_size=queue_size,
+            handle_sigterm=handle_sigterm, set_global=set_global,
+            trace_exporters=tuple(trace_names), metric_exporters=tuple(metric_names),
+            span_exporters=tuple(span_exporters), metric_readers=tuple(metric_readers))

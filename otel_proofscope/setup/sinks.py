@@ -1,0 +1,147 @@
+"""One small builder per sink: the exporter or reader behind each name that
+``OTEL_TRACES_EXPORTER`` / ``OTEL_METRICS_EXPORTER`` (or the defaults) can hold.
+
+This is where the pipeline meets the Rerun layer: the Rerun builders pick the in-process
+or the child-process exporter pair, so spans and metrics take the same route into one
+recording.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import Any
+
+from opentelemetry.sdk.metrics.export import ConsoleMetricExporter, MetricExporter, MetricReader
+from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SpanExporter
+
+from otel_proofscope.setup.options import Options
+
+DEFAULT_OTLP_TIMEOUT_S = 10.0
+
+
+def _otlp_protocol(kind: str) -> str:
+    return (os.environ.get(f"OTEL_EXPORTER_OTLP_{kind.upper()}_PROTOCOL")
+            or os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL") or "grpc").strip().lower()
+
+
+def otlp_timeout_s(bound_s: float) -> float:
+    """The OTLP exporters' own timeout (incl. retries), capped by the shutdown bound so a
+    dead collector cannot hold the last export past it. Seconds, as the official Python
+    exporters read ``OTEL_EXPORTER_OTLP_TIMEOUT`` (the spec says milliseconds; either
+    way the shutdown bound caps it)."""
+    name = "OTEL_EXPORTER_OTLP_TIMEOUT"
+    configured = os.environ.get(name)
+    if configured:
+        try:
+            env_s = float(configured)
+        except ValueError:
+            raise ValueError(f"{name} must be a number of seconds, got {configured!r}") from None
+        if not math.isfinite(env_s) or env_s < 0:
+            raise ValueError(f"{name} must be a finite, non-negative number of seconds, "
+                             f"got {configured!r}")
+    else:
+        env_s = DEFAULT_OTLP_TIMEOUT_S
+    return max(0.1, min(env_s, bound_s))
+
+
+def otlp_span_exporter(bound_s: float) -> SpanExporter:
+    timeout = otlp_timeout_s(bound_s)
+    protocol = _otlp_protocol("traces")
+    encoder = os.environ.get("PROOFSCOPE_OTLP_ENCODER", "fast").strip().lower()
+    if encoder not in ("fast", "sdk"):
+        raise ValueError(f"PROOFSCOPE_OTLP_ENCODER must be 'fast' or 'sdk', got {encoder!r}")
+    if protocol in ("grpc", "http/protobuf") and encoder == "fast":
+        # Same wire bytes as the official encoder (tested), ~10x cheaper: the export
+        # thread then steals far less of the prover's GIL time.
+        from otel_proofscope.pipeline.fast_otlp import FastOTLPSpanExporter
+
+        return FastOTLPSpanExporter(protocol=protocol, timeout=timeout)
+    if protocol.startswith("http"):
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+        return OTLPSpanExporter(timeout=timeout)  # type: ignore[no-any-return]
+    from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
+        OTLPSpanExporter as GrpcSpanExporter,
+    )
+
+    return GrpcSpanExporter(timeout=timeout)  # type: ignore[no-any-return]
+
+
+def otlp_metric_exporter(bound_s: float) -> MetricExporter:
+    timeout = otlp_timeout_s(bound_s)
+    if _otlp_protocol("metrics").startswith("http"):
+        from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+
+        return OTLPMetricExporter(timeout=timeout)  # type: ignore[no-any-return]
+    from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import (
+        OTLPMetricExporter as GrpcMetricExporter,
+    )
+
+    return GrpcMetricExporter(timeout=timeout)  # type: ignore[no-any-return]
+
+
+def file_span_exporter(directory: Path) -> SpanExporter:
+    from opentelemetry.exporter.otlp.json.file import FileSpanExporter
+
+    return FileSpanExporter(directory / "traces.jsonl")  # type: ignore[no-any-return]
+
+
+def file_metric_exporter(directory: Path) -> MetricExporter:
+    from opentelemetry.exporter.otlp.json.file import FileMetricExporter
+
+    return FileMetricExporter(directory / "metrics.jsonl")  # type: ignore[no-any-return]
+
+
+def console_span_exporter() -> SpanExporter:
+    return ConsoleSpanExporter()
+
+
+def console_metric_exporter() -> MetricExporter:
+    return ConsoleMetricExporter()
+
+
+def rerun_span_exporter(options: Options) -> SpanExporter:
+    from otel_proofscope.rerun import process as rerun_child
+    from otel_proofscope.rerun.exporter import RerunSpanExporter
+
+    target = options.rerun_target if options.rerun_on else None
+    # Spans and metrics must take the same route: one recording.
+    span_cls = (rerun_child.RerunProcessSpanExporter
+                if rerun_child.enabled(options.rerun_process) else RerunSpanExporter)
+    return span_cls(target, capture_witness=options.capture_witness)
+
+
+def rerun_metric_exporter(options: Options) -> MetricExporter:
+    from otel_proofscope.rerun import process as rerun_child
+    from otel_proofscope.rerun.exporter import RerunMetricExporter
+
+    metric_cls = (rerun_child.RerunProcessMetricExporter
+                  if rerun_child.enabled(options.rerun_process) else RerunMetricExporter)
+    return metric_cls(options.rerun_target if options.rerun_on else None)
+
+
+def entry_point(group: str, name: str) -> Any:
+    """An installed exporter entry point (``opentelemetry_traces_exporter`` …) by name."""
+    for ep in entry_points(group=group, name=name):
+        return ep.load()
+    raise ValueError(f"unknown exporter {name!r}: no '{group}' entry point of that name "
+                     "is installed")
+
+
+def prometheus_reader(port: int, closers: list[Any]) -> MetricReader:
+    """A Prometheus reader with its scrape endpoint on
+    ``PROOFSCOPE_PROMETHEUS_HOST`` (default 127.0.0.1):``port``; the server's shutdown
+    goes into ``closers``."""
+    try:
+        from opentelemetry.exporter.prometheus import PrometheusMetricReader
+        from prometheus_client import start_http_server
+    except ImportError as exc:
+        raise ValueError("prometheus_port needs the 'prometheus' extra: "
+                         "pip install 'otel-proofscope[prometheus]'") from exc
+    addr = os.environ.get("PROOFSCOPE_PROMETHEUS_HOST", "127.0.0.1")
+    server, _thread = start_http_server(port, addr=addr)
+    closers.append(server.shutdown)
+    return PrometheusMetricReader()  # type: ignore[no-any-return]

@@ -1,0 +1,199 @@
+"""The handle :func:`otel_proofscope.setup.configure` returns: flush, bounded shutdown,
+the exit report, and the GPU sampler, all over the providers and sinks it built."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.trace import TracerProvider
+
+from otel_proofscope.instrumentation import ProofTracer
+from otel_proofscope.ledger import DROPS, REJECTIONS, DropLedger, RejectionLedger
+from otel_proofscope.pipeline.deadline import set_shutdown_deadline
+from otel_proofscope.pipeline.metric_export import CountingMetricExporter
+from otel_proofscope.pipeline.privacy import WitnessFilter
+from otel_proofscope.pipeline.processor import BoundedBatchSpanProcessor
+from otel_proofscope.pipeline.sigterm import hold_sigterm
+
+_log = logging.getLogger(__name__)
+
+
+@dataclass
+class ShutdownReport:
+    """What the pipeline delivered and lost, for the exit summary."""
+
+    duration_s: float
+    spans_exported: dict[str, int]
+    events_exported: dict[str, int]
+    metric_points_exported: dict[str, int]
+    dropped: int
+    drop_lines: list[str]
+    rejected: int
+    witness_events_withheld: int
+    timed_out: bool
+    #: Witness events each filtered sink withheld (never counted as exported there).
+    witness_by_sink: dict[str, int] = field(default_factory=dict)
+
+    def lines(self) -> list[str]:
+        out = []
+        for sink, n in sorted(self.spans_exported.items()):
+            out.append(f"exported to {sink}: {n} spans, {self.events_exported.get(sink, 0)} "
+                       f"span events, {self.metric_points_exported.get(sink, 0)} metric points")
+        for sink, n in sorted(self.metric_points_exported.items()):
+            if sink not in self.spans_exported:
+                out.append(f"exported to {sink}: {n} metric points")
+        out += self.drop_lines
+        if self.rejected:
+            out.append(f"rejected bad input: {self.rejected} (see proofscope.rejected)")
+        if self.witness_events_withheld:
+            per_sink = ", ".join(f"{k}: {n}" for k, n in sorted(self.witness_by_sink.items())
+                                 if n)
+            out.append(f"witness events kept out of OTLP: {self.witness_events_withheld} "
+                       f"({per_sink})")
+        if self.timed_out:
+            out.append(f"shutdown hit its {self.duration_s:.1f} s bound")
+        return out
+
+
+@dataclass
+class Telemetry:
+    """Handle returned by :func:`configure`."""
+
+    tracer_provider: TracerProvider
+    meter_provider: MeterProvider
+    tracer: ProofTracer
+    span_processors: list[BoundedBatchSpanProcessor]
+    metric_exporters: list[CountingMetricExporter]
+    shutdown_timeout_s: float
+    out_dir: Path | None
+    ledger: DropLedger = DROPS
+    #: Bad input the hot path recorded instead of raising (the process-wide ledger).
+    rejections: RejectionLedger = REJECTIONS
+    witness_filters: list[WitnessFilter] = field(default_factory=list)
+    _closers: list[Any] = field(default_factory=list)
+    _before_shutdown: list[Any] = field(default_factory=list)
+    #: This pipeline's Rerun sinks / child processes, closed last (see _close_all).
+    _rerun: list[Any] = field(default_factory=list)
+    _report: ShutdownReport | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def start_gpu_sampler(self, interval_s: float = 1.0, *,
+                          evidence: Literal["first_dispatch", "immediately"] = "first_dispatch",
+                          ) -> Any:
+        """Sample NVML devices into ``hw.*`` instruments until shutdown.
+
+        Returns the sampler, or None when no NVML device is present (a CPU-only machine
+        stays silent). ``evidence="immediately"`` reports capability gaps at once
+        (for wrapped processes whose dispatches we cannot see).
+        """
+        from otel_proofscope.gpu import start_sampler
+
+        sampler = start_sampler(meter_provider=self.meter_provider, interval_s=interval_s,
+                                evidence=evidence)
+        if sampler is not None:
+            self._before_shutdown.append(sampler.stop)
+        return sampler
+
+    def force_flush(self, timeout_s: float | None = None) -> bool:
+        """Export what is queued; bounded by ``timeout_s`` (default: the shutdown bound)."""
+        budget = timeout_s if timeout_s is not None else self.shutdown_timeout_s
+        deadline = time.monotonic() + budget
+        ok = all(p.force_flush(int(max(0.0, deadline - time.monotonic()) * 1000))
+                 for p in self.span_processors)
+        # Metrics get their own share of the budget: a dead span sink must not leave
+        # them none (the SDK raises MetricsTimeoutError on a zero timeout).
+        remaining = max(budget / 4, deadline - time.monotonic()) * 1000
+        try:
+            return self.meter_provider.force_flush(int(remaining)) and ok
+        except Exception as exc:
+            _log.warning("metric flush did not finish within %.1f s: %s", remaining / 1000, exc)
+            return False
+
+    def shutdown(self, timeout_s: float | None = None) -> ShutdownReport:
+        """Flush and close every sink within ``timeout_s``; report what was lost."""
+        with self._lock:
+            if self._report is not None:
+                return self._report
+            budget = timeout_s if timeout_s is not None else self.shutdown_timeout_s
+            start = time.monotonic()
+            deadline = start + budget
+            # Exporters whose shutdown takes no timeout (Rerun) close within what is left;
+            # cleared afterwards, or a later pipeline in this process would inherit it.
+            set_shutdown_deadline(deadline)
+            # A second SIGTERM (an impatient supervisor) must not abort the accounting
+            # half way: the bound already guarantees a prompt exit.
+            restore = hold_sigterm()
+            try:
+                self._close_all(budget, deadline)
+            finally:
+                set_shutdown_deadline(None)
+                restore()
+            elapsed = time.monotonic() - start
+            self._report = self._make_report(budget, elapsed > budget)
+            if self._report.dropped:
+                for line in self._report.drop_lines:
+                    _log.warning("%s", line)
+            return self._report
+
+    def _close_all(self, budget: float, deadline: float) -> None:
+        for stop in self._before_shutdown:
+            self._bounded(stop, min(deadline, time.monotonic() + budget / 4))
+        # Metrics first: the final collection includes the last proof's durations. We
+        # wait for them at most half the budget before the spans' turn (a hung metric
+        # sink used to leave the spans no time: they were reported as delivered), and
+        # then again with whatever the spans left.
+        metrics = self._bounded(lambda: self.meter_provider.shutdown(
+            timeout_millis=max(1, (deadline - time.monotonic()) * 1000)),
+            min(deadline, time.monotonic() + budget / 2))
+        for processor in self.span_processors:
+            processor.shutdown(int(max(0.0, deadline - time.monotonic()) * 1000))
+        metrics.join(max(0.0, deadline - time.monotonic()))
+        for exporter in self.metric_exporters:
+            exporter.abandon()
+        # A Rerun sink is shared by the span and the metric exporter and closes on the
+        # last release; a metric shutdown that ran out of time never released, which
+        # left the sink open past the report with its queue uncounted. Close it now
+        # (a later release is then a no-op).
+        for resource in self._rerun:
+            try:
+                resource.close(max(0.0, deadline - time.monotonic()))
+            except Exception as exc:
+                _log.debug("closing %r raised %r", resource, exc)
+        for close in self._closers:
+            try:
+                close()
+            except Exception as exc:
+                _log.debug("closer raised %r", exc)
+
+    @staticmethod
+    def _bounded(fn: Any, deadline: float) -> threading.Thread:
+        thread = threading.Thread(target=fn, daemon=True, name="proofscope-shutdown")
+        thread.start()
+        thread.join(max(0.0, deadline - time.monotonic()))
+        return thread
+
+    def _make_report(self, budget: float, timed_out: bool) -> ShutdownReport:
+        delivered = {p.sink: p.stats.delivered(self.ledger, p.sink)
+                     for p in self.span_processors}
+        withheld: dict[str, int] = {}
+        for f in self.witness_filters:
+            withheld[f.sink] = withheld.get(f.sink, 0) + f.withheld_events
+        return ShutdownReport(
+            duration_s=budget,
+            spans_exported={sink: d[0] for sink, d in delivered.items()},
+            events_exported={sink: max(0, d[1] - withheld.get(sink, 0))
+                             for sink, d in delivered.items()},
+            witness_by_sink=withheld,
+            metric_points_exported={e.sink: e.delivered() for e in self.metric_exporters},
+            dropped=self.ledger.total(),
+            drop_lines=self.ledger.summary_lines(),
+            rejected=self.rejections.total(),
+            witness_events_withheld=sum(f.withheld_events for f in self.witness_filters),
+            timed_out=timed_out,
+        )
