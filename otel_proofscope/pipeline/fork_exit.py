@@ -5,10 +5,10 @@ spans queue in its own copy of each span processor, but it exits through ``os._e
 without running :mod:`atexit`: measured on main, 4 ``Process`` children made 24 spans
 and exported none, a ``Pool`` lost 6 of 120, and the report said nothing.
 
-``multiprocessing`` runs its after-fork hooks and, at the worker's exit (also when a
-``Pool`` terminates it: SIGTERM becomes SystemExit, see ``configure(handle_sigterm)``),
-its finalizers. We register a finalizer in each worker that shuts the span processors
-down within the shutdown bound (ignoring a further SIGTERM meanwhile): the queue is
+``multiprocessing`` runs its after-fork hooks and, at the worker's normal exit, its
+finalizers. We register a finalizer in each worker, and a SIGTERM handler for
+``Pool.terminate()``, that shut the span processors down within the shutdown bound
+(ignoring a further SIGTERM meanwhile; the handler then exits as SIGTERM would): the queue is
 exported, and what cannot be is counted in the worker's ledger and logged. (A hook
 registered with ``os.register_at_fork`` would be cleared by ``multiprocessing`` before
 the worker runs.) A bare ``os.fork()``
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import signal
 import time
 from multiprocessing import util
@@ -45,6 +46,16 @@ def flush_forked_children(telemetry: _HasProcessors) -> None:
 
 def _in_worker(telemetry: _HasProcessors) -> None:
     util.Finalize(telemetry, _flush, args=(telemetry,), exitpriority=EXIT_PRIORITY)
+
+    # Pool.terminate() sends SIGTERM: flush within the bound, then leave as SIGTERM
+    # would. A SystemExit instead could be swallowed (in a finalizer, an at-fork hook)
+    # and leave the worker alive, with terminate() waiting for it forever.
+    def flush_and_exit(signum: int, _frame: object) -> None:
+        _flush(telemetry)
+        os._exit(128 + signum)
+
+    with contextlib.suppress(ValueError, OSError):  # ValueError: not the main thread
+        signal.signal(signal.SIGTERM, flush_and_exit)
 
 
 def _flush(telemetry: _HasProcessors) -> None:

@@ -10,7 +10,9 @@ prompt exit.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import signal
 import threading
 from collections.abc import Callable
@@ -45,3 +47,16 @@ def hold_sigterm() -> Callable[[], object]:
 
     signal.signal(signal.SIGTERM, noted)
     return lambda: signal.signal(signal.SIGTERM, _terminate)
+
+
+def _default_in_child() -> None:
+    # A forked child must not turn SIGTERM into SystemExit: raised inside an at-fork
+    # hook or a finalizer it is swallowed, the child lives on, and Pool.terminate() then
+    # waits for it forever (seen: a worker stuck on the task queue's lock). Children
+    # made by multiprocessing get a handler that flushes, then exits (fork_exit.py).
+    if signal.getsignal(signal.SIGTERM) is _terminate:
+        with contextlib.suppress(ValueError, OSError):
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+os.register_at_fork(after_in_child=_default_in_child)
