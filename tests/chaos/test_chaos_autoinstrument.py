@@ -49,7 +49,7 @@ def _entry_point_dir(tmp_path: Path) -> Path:
                                    "Version: 0\n")
     (info / "entry_points.txt").write_text(
         "[opentelemetry_configurator]\n"
-        "proofscope = otel_proofscope.pipeline.autoconfig:ProofscopeConfigurator\n")
+        "proofscope = otel_proofscope.setup.autoconfig:ProofscopeConfigurator\n")
     return d
 
 

@@ -27,7 +27,7 @@ class ProofscopeConfigurator(_BaseConfigurator):
     telemetry: Any = None
 
     def _configure(self, **kwargs: Any) -> None:
-        from otel_proofscope.pipeline.config import configure
+        from otel_proofscope.setup import configure
 
         if ProofscopeConfigurator.telemetry is None:
             ProofscopeConfigurator.telemetry = configure()
