@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from numbers import Integral
+from numbers import Integral, Real
 from typing import Protocol, runtime_checkable
 
 
@@ -60,7 +60,7 @@ def _canonical_slow(element: object) -> str:
         return "(" + ",".join(str(int(x)) for x in limbs) + ")"
     raise ValueError(
         f"field element must be an integer or a non-empty tuple of integer limbs, "
-        f"got {type(element).__name__} {element!r:.80}"
+        f"got {type(element).__name__} {_show(element)}"
     )
 
 
@@ -85,16 +85,58 @@ def shape(value: Sequence[int] | None, name: str) -> list[int]:
     return out
 
 
+def _show(value: object) -> str:
+    """``repr`` for an error message, bounded, and safe for objects whose repr raises."""
+    try:
+        return repr(value)[:80]
+    except Exception:
+        return f"<{type(value).__name__}>"
+
+
+def _is_numpy_bool(value: object) -> bool:
+    # numpy's bool_ (named "bool" since numpy 2) is neither a bool nor an Integral
+    kind = type(value)
+    return kind.__module__ == "numpy" and kind.__name__ in ("bool_", "bool")
+
+
+def _is_bool(value: object) -> bool:
+    return isinstance(value, bool) or _is_numpy_bool(value)
+
+
 def non_negative_int(value: object, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, Integral) or int(value) < 0:
-        raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
+    """An int >= 0; numpy integer scalars are accepted like Python ints."""
+    if _is_bool(value) or not isinstance(value, Integral) or int(value) < 0:
+        raise ValueError(f"{name} must be a non-negative integer, got {_show(value)}")
     return int(value)
 
 
 def finite_number(value: object, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float | Integral):
-        raise ValueError(f"{name} must be a finite number, got {value!r}")
-    f = float(value)  # type: ignore[arg-type]
+    """A finite float; numpy scalars (float32, int64, …) are accepted like Python ones."""
+    if _is_bool(value) or not isinstance(value, Real):
+        raise ValueError(f"{name} must be a finite number, got {_show(value)}")
+    f = float(value)
     if not math.isfinite(f):
-        raise ValueError(f"{name} must be a finite number, got {value!r}")
+        raise ValueError(f"{name} must be a finite number, got {_show(value)}")
     return f
+
+
+def number_list(values: object, name: str, limit: int = 4096) -> list[float]:
+    """Finite numbers from a list, tuple or 1-D array (numpy arrays accepted)."""
+    if hasattr(values, "tolist") and not isinstance(values, Real):
+        values = values.tolist()
+    if not isinstance(values, Sequence) or isinstance(values, str | bytes):
+        raise ValueError(f"{name} must be a sequence of finite numbers, got "
+                         f"{type(values).__name__}")
+    if len(values) > limit:
+        raise ValueError(f"{name}: {len(values)} values exceed the cap of {limit}")
+    return [finite_number(v, name) for v in values]
+
+
+def strict_bool(value: object, name: str) -> bool:
+    """True or False (numpy's bool_ too); anything else is refused, not coerced: a
+    ``verified="no"`` must not be recorded as True."""
+    if isinstance(value, bool):
+        return value
+    if _is_numpy_bool(value):
+        return bool(value)
+    raise ValueError(f"{name} must be True or False, got {_show(value)}")

@@ -19,6 +19,7 @@ proof phase and a hot-path ``sumcheck_round`` call. Design points:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import threading
 import time
@@ -26,6 +27,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
+from numbers import Integral
 from typing import Any, ParamSpec, TypeVar
 
 import numpy as np
@@ -34,11 +36,12 @@ from opentelemetry.trace import Span, Status, StatusCode
 from opentelemetry.util.types import AttributeValue
 
 from otel_proofscope import fields, phase_cost
-from otel_proofscope.ledger import REJECTIONS
+from otel_proofscope.ledger import DROPS, REJECTIONS
 from otel_proofscope.semconv import (
     METER_NAME,
     TRACER_NAME,
     Attr,
+    DropReason,
     EventName,
     LayerKind,
     LayerProofKind,
@@ -64,6 +67,24 @@ _active_lock = threading.Lock()
 # Local capture of witness data (activation stats, attention scores). Export over OTLP
 # is decided separately by the pipeline (see pipeline.privacy).
 _capture_witness = False
+
+
+# Round events kept per layer span (None: no cap of ours). The SDK's event limit drops
+# the *oldest* events, which would lose round 0, the anchor of the claim chain; with this
+# cap the newest rounds are the ones dropped (and counted) and ROUND_EVENT_RESERVE
+# places are left for the exception, GPU and witness events.
+_round_event_cap: int | None = None
+ROUND_EVENT_RESERVE = 64
+
+
+def set_max_events_per_span(max_events: int | None) -> None:
+    """Keep the first rounds of a layer when its span would exceed ``max_events``."""
+    global _round_event_cap
+    if max_events is None:
+        _round_event_cap = None
+        return
+    # A small limit keeps a proportionate reserve (an eighth), so that it still holds rounds.
+    _round_event_cap = max(1, max_events - min(ROUND_EVENT_RESERVE, max_events // 8))
 
 
 def set_capture_witness(enabled: bool) -> None:
@@ -112,6 +133,7 @@ class _LayerState:
     total_rounds: int
     start_ns: int
     rounds_done: int = 0
+    round_events: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
     recording: bool = False
 
@@ -182,23 +204,31 @@ class ProofHandle(PhaseHandle):
 
     def set_result(self, *, layer_proofs: int | None = None, weight_openings: int | None = None,
                    size: int | None = None, verified: bool | None = None) -> None:
-        if layer_proofs is not None:
-            self.span.set_attribute(Attr.PROOF_LAYER_PROOFS,
-                                    fields.non_negative_int(layer_proofs, "layer_proofs"))
-        if weight_openings is not None:
-            self.span.set_attribute(Attr.PROOF_WEIGHT_OPENINGS,
-                                    fields.non_negative_int(weight_openings, "weight_openings"))
-        if size is not None:
-            self.span.set_attribute(Attr.PROOF_SIZE, fields.non_negative_int(size, "size"))
-        if verified is not None:
-            self.span.set_attribute(Attr.PROOF_VERIFIED, bool(verified))
+        # Never raises: each bad value is refused and counted (proofscope.rejected), the
+        # good ones are still recorded.
+        checks: list[tuple[str, object, Callable[[object, str], object]]] = [
+            (Attr.PROOF_LAYER_PROOFS, layer_proofs, fields.non_negative_int),
+            (Attr.PROOF_WEIGHT_OPENINGS, weight_openings, fields.non_negative_int),
+            (Attr.PROOF_SIZE, size, fields.non_negative_int),
+            (Attr.PROOF_VERIFIED, verified, fields.strict_bool),
+        ]
+        for attr, value, check in checks:
+            if value is None:
+                continue
+            try:
+                self.span.set_attribute(attr, check(value, attr))  # type: ignore[arg-type]
+            except Exception:
+                REJECTIONS.record(attr, "invalid")
 
 
 class LayerHandle(PhaseHandle):
     __slots__ = ()
 
     def set_final_claim(self, claim: Any) -> None:
-        self.span.set_attribute(Attr.CLAIM_FINAL, fields.canonical(claim))
+        try:
+            self.span.set_attribute(Attr.CLAIM_FINAL, fields.canonical(claim))
+        except Exception:  # a field type whose __proofscope_field__ raises, say
+            REJECTIONS.record(Attr.CLAIM_FINAL, "not_a_field_element")
 
 
 class _Phase:
@@ -481,8 +511,8 @@ class ProofTracer:
         layer = _current_layer.get()
         if layer is None or not layer.span.is_recording():
             return
-        s = _resolve(stats)
         try:
+            s = _resolve(stats)
             attrs: dict[str, AttributeValue] = {
                 Attr.LAYER_INDEX: layer.index,
                 Attr.ACTIVATION_MEAN: fields.finite_number(s.mean, "mean"),
@@ -491,10 +521,10 @@ class ProofTracer:
                 Attr.ACTIVATION_MAX: fields.finite_number(s.max, "max"),
                 Attr.ACTIVATION_SPARSITY: fields.finite_number(s.sparsity, "sparsity"),
             }
-            if s.sample:
-                attrs[Attr.ACTIVATION_SAMPLE] = [fields.finite_number(v, "sample")
-                                                 for v in s.sample]
-        except ValueError as exc:
+            sample = fields.number_list(s.sample, "sample") if s.sample is not None else []
+            if sample:
+                attrs[Attr.ACTIVATION_SAMPLE] = sample
+        except Exception as exc:  # not stats at all, a raising callable, bad values
             _reject(layer.span, EventName.LAYER_ACTIVATION, "activation", exc)
             return
         layer.span.add_event(EventName.LAYER_ACTIVATION, attrs)
@@ -516,7 +546,7 @@ class ProofTracer:
                 Attr.ATTENTION_SEQ_LEN: seq_len,
                 Attr.ATTENTION_SCORES: flat,
             }
-        except ValueError as exc:
+        except Exception as exc:  # bad matrices, and callables or tolist() that raise
             _reject(layer.span, EventName.ATTENTION_HEATMAP, "scores", exc)
             return
         layer.span.add_event(EventName.ATTENTION_HEATMAP, attrs)
@@ -531,7 +561,7 @@ def _square_matrix(scores: Any) -> tuple[list[float], int]:
     try:
         matrix = np.asarray(scores.tolist() if hasattr(scores, "tolist") else scores,
                             dtype=np.float64)
-    except (ValueError, TypeError) as exc:
+    except Exception as exc:
         raise ValueError(f"scores must be a square numeric matrix ({exc})") from None
     if matrix.ndim != 2 or matrix.size == 0:
         raise ValueError(f"scores must be a non-empty 2-D matrix, got shape {matrix.shape}")
@@ -576,7 +606,12 @@ class VerifyHandle(PhaseHandle):
         self._tracer = tracer
 
     def set_verified(self, ok: bool) -> None:
-        self.span.set_attribute(Attr.PROOF_VERIFIED, bool(ok))
+        try:
+            ok = fields.strict_bool(ok, "verified")
+        except Exception:
+            REJECTIONS.record(Attr.PROOF_VERIFIED, "invalid")
+            return
+        self.span.set_attribute(Attr.PROOF_VERIFIED, ok)
         if not ok:
             self.span.set_status(Status(StatusCode.ERROR, "proof rejected"))
         self._tracer._record_verified(bool(ok))
@@ -614,10 +649,46 @@ def circuit_attributes(nodes: Sequence[CircuitNode]) -> dict[str, AttributeValue
 
 def _record_round(layer: _LayerState, round: int, poly: Lazy, claim: Lazy,
                   degree: int | None, challenge: Lazy = None) -> None:
+    try:
+        _record_round_unguarded(layer, round, poly, claim, degree, challenge)
+    except Exception as exc:  # the hot path never raises into the prover
+        REJECTIONS.record("sumcheck_round", "raised")
+        with contextlib.suppress(Exception):
+            layer.span.add_event(EventName.SUMCHECK_ROUND, {
+                Attr.SUMCHECK_ROUND: -1, Attr.ERROR_TYPE: "invalid",
+                "exception.message": _message(exc)})
+
+
+def _message(exc: BaseException) -> str:
+    try:
+        return f"{type(exc).__name__}: {exc}"[:200]
+    except Exception:  # an exception whose __str__ raises
+        return type(exc).__name__
+
+
+def _round_index(round: object) -> int | None:
+    if type(round) is int:  # the common case, cheaply
+        return round if round >= 0 else None
+    if isinstance(round, bool) or not isinstance(round, Integral) or int(round) < 0:
+        return None
+    return int(round)
+
+
+def _record_round_unguarded(layer: _LayerState, round: object, poly: Lazy, claim: Lazy,
+                            degree: object, challenge: Lazy = None) -> None:
     span = layer.span
+    cap = _round_event_cap
+    if cap is not None:
+        if layer.round_events >= cap:
+            DROPS.record("span_events", "sdk", DropReason.SPAN_LIMIT)
+            return
+        layer.round_events += 1
     error: str | None = None
+    index = _round_index(round)
     try:
         coeffs = poly() if callable(poly) else poly
+        if hasattr(coeffs, "tolist") and not isinstance(coeffs, Integral):
+            coeffs = coeffs.tolist()  # a numpy array of coefficients or limbs
         poly_s = [fields.canonical(c) for c in coeffs]
         if not poly_s:
             raise ValueError("poly: a round polynomial needs at least one coefficient")
@@ -625,22 +696,31 @@ def _record_round(layer: _LayerState, round: int, poly: Lazy, claim: Lazy,
         claim_s = None if claim_v is None else fields.canonical(claim_v)
         chal_v = challenge() if callable(challenge) else challenge
         chal_s = None if chal_v is None else fields.canonical(chal_v)
-    except (ValueError, TypeError) as exc:
+    except Exception as exc:  # bad values, and callables or field types that raise
         REJECTIONS.record("poly/claim/challenge", "not_a_field_element")
         span.add_event(EventName.SUMCHECK_ROUND, {
-            Attr.SUMCHECK_ROUND: round if isinstance(round, int) else -1,
-            Attr.ERROR_TYPE: "invalid_field_element", "exception.message": str(exc)[:200]})
+            Attr.SUMCHECK_ROUND: index if index is not None else -1,
+            Attr.ERROR_TYPE: "invalid_field_element", "exception.message": _message(exc)})
         return
-    if type(round) is not int or round < 0:
+    if degree is not None:
+        try:
+            degree = fields.non_negative_int(degree, "degree")
+        except Exception:
+            REJECTIONS.record("degree", "invalid")  # recorded as len(poly) - 1 instead
+            degree = None
+    if index is None:
         error = "invalid_round"
         REJECTIONS.record("round", error)
         round = -1
-    elif layer.total_rounds and round >= layer.total_rounds:
-        error = "round_out_of_range"
-        REJECTIONS.record("round", error)
+    else:
+        round = index
+        if layer.total_rounds and index >= layer.total_rounds:
+            error = "round_out_of_range"
+            REJECTIONS.record("round", error)
+    assert isinstance(round, int)
     attrs: dict[str, AttributeValue] = {
         Attr.SUMCHECK_ROUND: round,
-        Attr.SUMCHECK_DEGREE: degree if degree is not None else len(poly_s) - 1,
+        Attr.SUMCHECK_DEGREE: degree if isinstance(degree, int) else len(poly_s) - 1,
         Attr.SUMCHECK_POLY: poly_s,
     }
     if chal_s is not None:
@@ -654,9 +734,10 @@ def _record_round(layer: _LayerState, round: int, poly: Lazy, claim: Lazy,
     span.add_event(EventName.SUMCHECK_ROUND, attrs)
 
 
-def _reject(span: Span, event: str, field_name: str, exc: ValueError) -> None:
+def _reject(span: Span, event: str, field_name: str, exc: Exception) -> None:
     REJECTIONS.record(field_name, "invalid")
-    span.add_event(event, {Attr.ERROR_TYPE: "invalid", "exception.message": str(exc)[:200]})
+    with contextlib.suppress(Exception):
+        span.add_event(event, {Attr.ERROR_TYPE: "invalid", "exception.message": _message(exc)})
 
 
 _default: ProofTracer | None = None

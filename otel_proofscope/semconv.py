@@ -441,6 +441,8 @@ class DropReason(StrEnum):
     INVALID = "invalid"
     SINK_UNAVAILABLE = "sink_unavailable"
     UNAUTHENTICATED = "unauthenticated"
+    #: A client that did not finish its request within the receiver's deadline.
+    TIMEOUT = "timeout"
     #: Not a loss: a view draws only so many of something that is complete elsewhere.
     #: Counted apart from drops and reported as "not drawn" (see DISPLAY_CAPS).
     DISPLAY_CAP = "display_cap"

@@ -13,6 +13,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from otel_proofscope import instrumentation, phase_cost
 from otel_proofscope.pipeline.config import Telemetry, configure
 from otel_proofscope.pipeline.drops import DROPS, REJECTIONS
+from otel_proofscope.pipeline.privacy import local
 
 
 @pytest.fixture(autouse=True)
@@ -75,7 +76,7 @@ def pipeline(tmp_path: Path) -> Iterator[Pipeline]:
     spans = InMemorySpanExporter()
     reader = InMemoryMetricReader()
     telemetry = configure(service_name="test-prover", out_dir=tmp_path, set_global=False,
-                          span_exporters=[("memory", spans)], metric_readers=[reader],
+                          span_exporters=[("memory", local(spans))], metric_readers=[reader],
                           rerun="off")
     yield Pipeline(telemetry, spans, reader, tmp_path)
     telemetry.shutdown()

@@ -227,12 +227,14 @@ def test_witness_data_stays_local_unless_exported(tmp_path: Path) -> None:
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
     from otel_proofscope.pipeline.config import configure
+    from otel_proofscope.pipeline.privacy import local as mark_local
 
     def prove(export: bool) -> tuple[list, list]:  # type: ignore[type-arg]
         memory = InMemorySpanExporter()
         out = tmp_path / str(export)
         t = configure(out_dir=out, set_global=False, capture_witness=True,
-                      export_witness=export, span_exporters=[("memory", memory)], rerun="off")
+                      export_witness=export, span_exporters=[("memory", mark_local(memory))],
+                      rerun="off")
         with t.tracer.proof(system="gkr"), t.tracer.layer(index=0, kind="Attention"):
             t.tracer.layer_activation(lambda: ActivationStats(0.5, 0.1, 0.0, 1.0, 0.2, [0.3]))
             t.tracer.attention_heatmap(0, 1, lambda: [[0.5, 0.5], [0.1, 0.9]])

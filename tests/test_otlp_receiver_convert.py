@@ -272,13 +272,20 @@ def test_missing_optional_histogram_fields_are_nan_not_zero() -> None:
 @pytest.mark.parametrize(("body", "fragment"), [
     (b"\xff\xfe not json", "not valid JSON"),
     (b"[1, 2]", "must be an object"),
-    (b'{"resourceSpans": [{"scopeSpans": [{"spans": [{"traceId": "zz"}]}]}]}',
-     "traceId is not a hex string"),
     (b'{"resourceSpans": 7}', "not a valid OTLP/JSON"),
 ])
 def test_bad_json_bodies(body: bytes, fragment: str) -> None:
     with pytest.raises(codec.BadRequest, match=fragment):
         codec.decode(codec.Signal.TRACES, body, codec.Encoding.JSON)
+
+
+def test_non_hex_id_rejects_only_its_span() -> None:
+    # It used to refuse the whole request; now the span is refused (partial success).
+    body = b'{"resourceSpans": [{"scopeSpans": [{"spans": [{"traceId": "zz"}]}]}]}'
+    request = codec.decode(codec.Signal.TRACES, body, codec.Encoding.JSON)
+    batch = convert.spans_from_request(request)
+    assert batch.spans == [] and batch.rejected == 1
+    assert "trace_id" in batch.error_message
 
 
 def test_json_ignores_unknown_fields() -> None:

@@ -12,6 +12,7 @@ from types import FrameType
 from typing import Any
 
 from otel_proofscope.integrations.otlp_receiver.core import DEFAULT_MAX_MESSAGE_BYTES
+from otel_proofscope.integrations.otlp_receiver.limits import DEFAULT_MAX_INFLIGHT_BYTES
 from otel_proofscope.integrations.otlp_receiver.server import (
     DEFAULT_GRPC_PORT,
     DEFAULT_HOST,
@@ -76,6 +77,11 @@ def register(sub: Any) -> None:
                    help=f"require 'Authorization: Bearer TOKEN' (default ${TOKEN_ENV})")
     p.add_argument("--max-message-bytes", type=_positive, default=DEFAULT_MAX_MESSAGE_BYTES,
                    metavar="N", help="reject larger requests (default %(default)s)")
+    p.add_argument("--max-inflight-bytes", type=_positive, default=None, metavar="N",
+                   help="request bytes received, decoded or exported at once; requests "
+                        "past it get 503 / RESOURCE_EXHAUSTED with a retry hint and are "
+                        f"counted (default {DEFAULT_MAX_INFLIGHT_BYTES}, at least twice "
+                        "--max-message-bytes)")
     p.add_argument("--rerun", default=None, metavar="TARGET",
                    help="spawn, file:PATH.rrd, rerun+http://HOST:PORT/proxy or off "
                         f"(default $PROOFSCOPE_RERUN, else file:{DEFAULT_RRD})")
@@ -101,16 +107,37 @@ def _exporters(target: str) -> tuple[list[Any], list[Any]]:
     return [RerunSpanExporter(target)], [RerunMetricExporter(target)]
 
 
+#: Hosts that bind every interface (``--host ""`` used to print ``http://:PORT``).
+_ALL_INTERFACES = ("", "0.0.0.0", "::")
+
+
+def _where(host: str) -> str:
+    return "all interfaces" if host.strip() in _ALL_INTERFACES else host
+
+
+def _shown(endpoint: str, host: str) -> str:
+    if host.strip() not in _ALL_INTERFACES:
+        return endpoint
+    port = endpoint.rsplit(":", 1)[1]
+    scheme = "http://" if endpoint.startswith("http") else ""
+    return f"{scheme}127.0.0.1:{port} (all interfaces, port {port})"
+
+
 def serve(args: argparse.Namespace) -> int:
     from otel_proofscope.integrations.otlp_receiver.core import SENDER_DROPPED
     from otel_proofscope.integrations.otlp_receiver.server import OtlpReceiver
 
     token = args.token or os.environ.get(TOKEN_ENV) or None
+    if token is not None and not token.strip():
+        print("proofscope serve: the token is empty or whitespace, so no request could ever "
+              "authenticate; give a real token or none", file=sys.stderr)
+        return 2
     if args.grpc_port is None and args.http_port is None:
         print("proofscope serve: both transports are off; nothing to serve", file=sys.stderr)
         return 2
+    where = _where(args.host)
     if args.host not in ("127.0.0.1", "::1", "localhost") and not token:
-        print(f"proofscope serve: warning: listening on {args.host} without a token; anyone "
+        print(f"proofscope serve: warning: listening on {where} without a token; anyone "
               "who can reach it can write to your Rerun view", file=sys.stderr)
     target = rerun_target(args.rerun)
     from otel_proofscope.mapping.rules import RuleError
@@ -131,7 +158,8 @@ def serve(args: argparse.Namespace) -> int:
     try:
         receiver = OtlpReceiver(span_exporters, metric_exporters, host=args.host,
                                 grpc_port=args.grpc_port, http_port=args.http_port,
-                                token=token, max_message_bytes=args.max_message_bytes)
+                                token=token, max_message_bytes=args.max_message_bytes,
+                                max_inflight_bytes=args.max_inflight_bytes)
     except OSError as exc:
         print(f"proofscope serve: cannot listen: {exc}", file=sys.stderr)
         for exp in [*span_exporters, *metric_exporters]:
@@ -147,9 +175,11 @@ def serve(args: argparse.Namespace) -> int:
     try:
         receiver.start()
         if receiver.grpc_endpoint:
-            print(f"OTLP/gRPC listening on {receiver.grpc_endpoint}", flush=True)
+            print(f"OTLP/gRPC listening on {_shown(receiver.grpc_endpoint, args.host)}",
+                  flush=True)
         if receiver.http_endpoint:
-            print(f"OTLP/HTTP listening on {receiver.http_endpoint}", flush=True)
+            print(f"OTLP/HTTP listening on {_shown(receiver.http_endpoint, args.host)}",
+                  flush=True)
         print(f"Rerun: {target}" + ("  (token required)" if token else ""), flush=True)
         if mapper is not None:
             print(f"mapping: {mapper.rules.label}", flush=True)

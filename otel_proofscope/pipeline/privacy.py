@@ -1,8 +1,11 @@
 """Keeps witness data (activations, attention scores) out of OTLP unless opted in.
 
-The filter wraps the network/file span exporters. Witness events are a prover's
-secret, so they are removed before encoding; the local Rerun exporter is not wrapped
-and may show them when capture is enabled.
+The filter wraps every span exporter that ``configure()`` builds or is given, so that
+witness events (a prover's secret) are removed before encoding, whatever the sink. Only
+the Rerun exporter ``configure()`` builds itself, and exporters the caller marks with
+:func:`local` (an explicit opt-in: the exporter keeps data in this process), see them
+unfiltered. Each filter counts what it withheld for its own sink; those events are
+never counted as exported.
 """
 
 from __future__ import annotations
@@ -10,8 +13,9 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 
-from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+from opentelemetry.sdk.util import BoundedList
 
 from otel_proofscope.semconv import WITNESS_EVENTS
 
@@ -21,13 +25,19 @@ def strip_witness(span: ReadableSpan) -> ReadableSpan:
     events = span.events
     if not events or not any(e.name in WITNESS_EVENTS for e in events):
         return span
+    # A BoundedList that carries the original drop count: the copy must still say how
+    # many events the SDK's limit dropped (droppedEventsCount), and the attribute
+    # container is passed as is for the same reason.
+    kept: BoundedList[Event] = BoundedList(None)
+    kept.extend([e for e in events if e.name not in WITNESS_EVENTS])
+    kept.dropped = span.dropped_events
     return ReadableSpan(
         name=span.name,
         context=span.context,
         parent=span.parent,
         resource=span.resource,
-        attributes=span.attributes,
-        events=tuple(e for e in events if e.name not in WITNESS_EVENTS),
+        attributes=getattr(span, "_attributes", span.attributes),
+        events=kept,  # type: ignore[arg-type]
         links=span.links,
         kind=span.kind,
         status=span.status,
@@ -37,9 +47,34 @@ def strip_witness(span: ReadableSpan) -> ReadableSpan:
     )
 
 
-class WitnessFilter(SpanExporter):
+class Local(SpanExporter):
+    """An exporter the caller declared local (see :func:`local`); delegates everything."""
+
     def __init__(self, inner: SpanExporter) -> None:
         self.inner = inner
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        return self.inner.export(spans)
+
+    def shutdown(self) -> None:
+        self.inner.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        return self.inner.force_flush(timeout_millis)
+
+
+def local(exporter: SpanExporter) -> Local:
+    """Mark ``exporter`` as keeping spans inside this process (an in-memory exporter in a
+    test, a local view): ``configure(span_exporters=[(name, local(exp))])`` then hands it
+    witness events when they are captured. Anything else passed to ``configure`` is
+    filtered, since it may leave the process."""
+    return exporter if isinstance(exporter, Local) else Local(exporter)
+
+
+class WitnessFilter(SpanExporter):
+    def __init__(self, inner: SpanExporter, sink: str = "") -> None:
+        self.inner = inner
+        self.sink = sink
         self.withheld_events = 0
         self._lock = threading.Lock()
 

@@ -210,7 +210,10 @@ class BoundedBatchSpanProcessor(SpanProcessor):
                 self._abandoned = True
         if lost:
             self._lose(lost, DropReason.SHUTDOWN)
-            _log.warning("%s: %d span(s) not exported before the %.1f s shutdown deadline",
+            # The time this sink had left, not the pipeline's bound (which is shared by
+            # every sink and by metrics): "the 0.0 s deadline" read like a bug.
+            _log.warning("%s: %d span(s) not exported before the shutdown deadline "
+                         "(%.1f s of the bound were left for this sink)",
                          self.sink, len(lost), timeout_millis / 1000)
         if stuck:
             # The exporter is blocked inside export(); its own shutdown may block on the

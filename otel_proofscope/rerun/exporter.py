@@ -29,6 +29,7 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from otel_proofscope import instrumentation
 from otel_proofscope.ledger import DROPS
+from otel_proofscope.pipeline.deadline import parse_timeout, remaining
 from otel_proofscope.rerun import sink as sinks
 from otel_proofscope.rerun.sink import LEDGER_SINK, RerunSink, Target, parse_target
 from otel_proofscope.semconv import DropReason
@@ -59,11 +60,10 @@ def show_witness(explicit: bool | None) -> bool:
 
 def env_float(name: str, default: float) -> float:
     try:
-        value = float(os.environ.get(name, "") or default)
-    except ValueError:
-        _log.warning("%s is not a number; using %s", name, default)
+        return parse_timeout(os.environ.get(name), name=name, default=default)
+    except ValueError as exc:
+        _log.warning("%s; using %s", exc, default)
         return default
-    return value if value > 0 else default
 
 
 def _open(target: str | None, queue_size: int | None) -> tuple[Target, RerunSink | None]:
@@ -156,7 +156,8 @@ class RerunSpanExporterBase(SpanExporter):
             return
         self._closed = True
         if self._backend is not None:
-            self._backend.release(self._timeout)
+            # Within what the pipeline's shutdown has left (pipeline/deadline.py).
+            self._backend.release(remaining(self._timeout))
 
 
 class RerunMetricExporterBase(MetricExporter):
@@ -200,7 +201,7 @@ class RerunMetricExporterBase(MetricExporter):
             return
         self._closed = True
         if self._backend is not None:
-            self._backend.release(min(self._timeout, timeout_millis / 1000))
+            self._backend.release(remaining(min(self._timeout, timeout_millis / 1000)))
 
 
 class RerunSpanExporter(RerunSpanExporterBase):

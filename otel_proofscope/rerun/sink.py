@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import dataclasses
 import logging
 import os
-import socket
 import sys
 import threading
 import time
@@ -44,8 +44,9 @@ from opentelemetry.sdk.trace import ReadableSpan
 
 from otel_proofscope.ledger import DROPS, DropLedger
 from otel_proofscope.pipeline.forking import after_fork_in_child
-from otel_proofscope.rerun import blueprint
+from otel_proofscope.rerun import blueprint, exit_guard, span_guard
 from otel_proofscope.rerun.columns import Frame, Send
+from otel_proofscope.rerun.liveness import speaks_http2, tcp_accepts
 from otel_proofscope.rerun.model import GapTable, ProofRegistry
 from otel_proofscope.rerun.shared import SharedByTarget
 from otel_proofscope.rerun.tally import TALLY
@@ -137,13 +138,8 @@ def no_display() -> str | None:
             "there is a display: rerun PATH.rrd")
 
 
-def probe(host: str, port: int, timeout_s: float = 0.5) -> bool:
-    """Whether something accepts TCP connections at host:port."""
-    try:
-        with socket.create_connection((host, port), timeout=timeout_s):
-            return True
-    except OSError:
-        return False
+#: Whether something accepts TCP connections at host:port (kept for callers).
+probe = tcp_accepts
 
 
 @dataclass
@@ -175,7 +171,8 @@ class RerunSink:
 
     def __init__(self, target: Target, *, queue_size: int = DEFAULT_QUEUE,
                  probe_interval_s: float = 1.0, retry_interval_s: float = 5.0,
-                 connect_timeout_s: float = 5.0, ledger: DropLedger = DROPS) -> None:
+                 connect_timeout_s: float = 5.0, write_timeout_s: float = 5.0,
+                 ledger: DropLedger = DROPS) -> None:
         if queue_size < 1:
             raise ValueError("queue_size must be >= 1")
         self.target = target
@@ -184,6 +181,7 @@ class RerunSink:
         self._probe_interval = probe_interval_s
         self._retry_interval = retry_interval_s
         self._connect_timeout = connect_timeout_s
+        self._write_timeout = write_timeout_s
         self._ledger = ledger
         self._queue: collections.deque[_Item] = collections.deque()
         self._queued = 0
@@ -207,10 +205,12 @@ class RerunSink:
         self._unconfirmed: list[_Item] = []
         self._warned_unavailable = False
         self._warned_translate = False
+        self._warned_poison = False
         self._shutdown_timeout = 3.0
         self._file_lock: int | None = None
         self._forked = False
         after_fork_in_child(self._after_fork_in_child)
+        exit_guard.install()
 
     def _after_fork_in_child(self) -> None:
         # A forked process inherits this sink but not its thread, and must not write to
@@ -309,6 +309,7 @@ class RerunSink:
                 return
             self._closed = True
             self._shutdown_timeout = max(timeout_s, 0.0)
+            exit_guard.extend_deadline(deadline)
             self._queue.append(_Item("stop", deadline))
             self._cond.notify()
             thread = self._thread
@@ -319,7 +320,11 @@ class RerunSink:
             lost = [i for i in self._queue if i.kind in ("spans", "metrics")]
             self._queue.clear()
             if stuck:
-                lost += self._in_flight
+                exit_guard.mark_trouble()
+                # Stuck in Rerun (a frozen viewer): what it was sending and what it sent
+                # since the last confirmation cannot be confirmed.
+                lost += self._in_flight + self._unconfirmed
+                self._unconfirmed = []
                 self._abandoned = True
                 # Let the worker exit once Rerun returns from its current call.
                 self._queue.append(_Item("stop", time.monotonic()))
@@ -328,8 +333,8 @@ class RerunSink:
         for item in lost:
             self._lose_item(item, DropReason.SHUTDOWN)
         if lost:
-            _log.warning("rerun: %d item(s) not sent before the %.1f s shutdown deadline",
-                         sum(i.n for i in lost), timeout_s)
+            _log.warning("rerun: %d item(s) not sent before the shutdown deadline (%.1f s "
+                         "of the bound were left for Rerun)", sum(i.n for i in lost), timeout_s)
         if thread is None:
             self._disconnect(deadline)
 
@@ -465,36 +470,71 @@ class RerunSink:
                 with self._cond:
                     self._in_flight = []
 
-    def _process(self, items: list[_Item]) -> None:
+    def _screen(self, items: list[_Item]) -> None:
+        """Refuse undrawable spans one by one (counted invalid), in place."""
+        for item in items:
+            ok, bad, why = span_guard.split(item.payload)
+            if not bad:
+                continue
+            events = sum(span_guard.event_count(s) for s in bad)
+            self._lose_spans(len(bad), events, DropReason.INVALID)
+            item.payload, item.n, item.events = ok, item.n - len(bad), item.events - events
+            if not self._warned_poison:
+                self._warned_poison = True
+                _log.warning("rerun: refused %d span(s) that cannot be drawn (counted as "
+                             "invalid; the rest of the batch is drawn): %s", len(bad), why)
+
+    def _translate_spans(self, spans: list[ReadableSpan],
+                         witness: bool) -> tuple[Issues, list[Send]]:
         frame = Frame()
+        try:
+            issues = self.spans.translate(spans, frame, witness=witness)
+            return issues, frame.sends()
+        except Exception as exc:
+            # Something the screen did not foresee: isolate it span by span, so one bad
+            # span costs only itself.
+            _log.debug("rerun: batch translation failed (%r); retrying span by span", exc)
+        merged = Issues()
+        sends: list[Send] = []
+        for span in spans:
+            one = Frame()
+            try:
+                got = self.spans.translate([span], one, witness=witness)
+                sends += one.sends()
+            except Exception as exc:
+                got = Issues(malformed_spans=1,
+                             errors=[f"{getattr(span, 'name', '?')}: {exc!r}"])
+            _merge_issues(merged, got)
+        return merged, sends
+
+    def _process(self, items: list[_Item]) -> None:
+        issues: Issues | MetricIssues
         if items[0].kind == "spans":
+            self._screen(items)
             spans = [s for i in items for s in i.payload]
             self.stats.spans_received += len(spans)
-            issues: Issues | MetricIssues = self.spans.translate(spans, frame,
-                                                                 witness=items[0].witness)
-            trace: TraceIssues | None = self.trace.translate(spans, frame,
+            issues, sends = self._translate_spans(spans, items[0].witness)
+            trace_frame = Frame()
+            trace: TraceIssues | None = self.trace.translate(spans, trace_frame,
                                                              now=time.monotonic())
+            sends += trace_frame.sends()
         else:
+            frame = Frame()
             self.stats.metric_points_received += items[0].n
             issues = self.metrics.translate(items[0].payload, frame)
             trace = None
+            sends = frame.sends()
         self._record_issues(issues)
         if not self._ensure_open():
-            for item in items:
-                self._lose_item(item, DropReason.SINK_UNAVAILABLE)
-            if trace is not None:
-                # This batch is counted above; spans carried from earlier batches (sent
-                # then, while they waited) are lost now, and this batch's waiting spans
-                # must not be drawn (and counted) later as well.
-                self._lose_spans(trace.drawn_outside({self.trace.last_call}), 0,
-                                 DropReason.SINK_UNAVAILABLE)
-                self.trace.discard_last_call()
-                self._record_trace(trace, sent=False)
+            self._lose_batch(items, trace)
             return
         if self._abandoned:
             return  # close() gave up on us and counted these
-        self._send(frame.sends())
+        self._send(sends)
         self.stats.batches += 1
+        if self.target.kind == "file" and not self._written():
+            self._lose_batch(items, trace)
+            return
         if trace is not None:
             self._record_trace(trace, sent=True)
         if self.target.kind in ("grpc", "spawn"):
@@ -503,6 +543,19 @@ class RerunSink:
                 self._unconfirm(trace)
                 self._unconfirmed_calls.add(self.trace.last_call)
             self._check_alive()
+
+    def _lose_batch(self, items: list[_Item], trace: TraceIssues | None) -> None:
+        """Count a batch that did not reach Rerun (no connection, a failed write)."""
+        for item in items:
+            self._lose_item(item, DropReason.SINK_UNAVAILABLE)
+        if trace is not None:
+            # The batch's own spans are counted with its items; spans carried from earlier
+            # batches (sent then, while they waited) are lost now, and this batch's
+            # waiting spans must not be drawn (and counted) later as well.
+            self._lose_spans(trace.drawn_outside({self.trace.last_call}), 0,
+                             DropReason.SINK_UNAVAILABLE)
+            self.trace.discard_last_call()
+            self._record_trace(trace, sent=False)
 
     def _send(self, sends: list[Send]) -> None:
         rec = self._rec
@@ -547,6 +600,7 @@ class RerunSink:
 
     def _unavailable(self, reason: str) -> None:
         self._available = False
+        exit_guard.mark_trouble()
         # A file that cannot be written will not become writable; a viewer may come back.
         self._next_retry = time.monotonic() + (
             float("inf") if self.target.kind == "file" else self._retry_interval)
@@ -602,9 +656,19 @@ class RerunSink:
             with contextlib.suppress(OSError):
                 os.close(fd)  # releases the lock
 
+    def _alive(self) -> bool:
+        # An HTTP/2 answer, not a TCP accept: a frozen viewer still accepts (liveness.py).
+        # Over TLS (rerun+https) the cleartext preface cannot be answered: TCP only.
+        if self.target.url.lower().startswith("rerun+https"):
+            return tcp_accepts(self.target.host, self.target.port)
+        return speaks_http2(self.target.host, self.target.port)
+
     def _open_viewer(self, *, spawn: bool) -> str | None:
         t = self.target
-        if not probe(t.host, t.port):
+        if not self._alive():
+            if probe(t.host, t.port):
+                return (f"{t.host}:{t.port} accepts connections but does not answer "
+                        "gRPC (a frozen viewer, or not a Rerun server)")
             if not spawn:
                 return f"nothing listens on {t.host}:{t.port}"
             missing = no_display()
@@ -613,13 +677,33 @@ class RerunSink:
             rr.spawn(port=t.port, connect=False, hide_welcome_screen=True,
                      recording=self._recording())
             deadline = time.monotonic() + self._connect_timeout
-            while not probe(t.host, t.port):
+            while not self._alive():
                 if time.monotonic() > deadline:
                     return f"the spawned viewer did not listen on port {t.port} within " \
                            f"{self._connect_timeout:.0f} s"
                 time.sleep(0.1)
         self._recording().connect_grpc(t.url, default_blueprint=blueprint.build())
         return None
+
+    def _written(self) -> bool:
+        """Whether this batch reached the file. Rerun's file writer only logs a failed
+        write (a full disk: ``No space left on device``) and stops; its flush then
+        times out. So every batch is flushed, and the first failure marks the file
+        unavailable for good: that batch and everything after it is counted lost."""
+        rec = self._rec
+        assert rec is not None
+        try:
+            rec.flush(timeout_sec=self._write_timeout)
+            return True
+        except Exception as exc:
+            path = Path(self.target.path)
+            try:
+                full = os.statvfs(path.parent).f_bavail == 0
+            except OSError:
+                full = False
+            why = "no space left on device" if full else f"the file writer stopped ({exc})"
+            self._unavailable(f"writing {path} failed: {why}")
+            return False
 
     def _check_alive(self) -> None:
         now = time.monotonic()
@@ -628,7 +712,7 @@ class RerunSink:
         self._last_probe = now
         drawn, self._unconfirmed_drawn = self._unconfirmed_drawn, TraceIssues()
         calls, self._unconfirmed_calls = self._unconfirmed_calls, set()
-        if probe(self.target.host, self.target.port):
+        if self._alive():
             self._unconfirmed = []
             return
         lost, self._unconfirmed = self._unconfirmed, []
@@ -642,7 +726,7 @@ class RerunSink:
         self.trace.discard_calls(calls)
         for item in lost:
             self._lose_item(item, DropReason.SINK_UNAVAILABLE)
-        self._unavailable("the viewer stopped accepting connections")
+        self._unavailable("the viewer stopped answering")
 
     def _flush_rec(self, timeout_s: float) -> None:
         if self._rec is not None and self._available:
@@ -666,6 +750,18 @@ class RerunSink:
             _log.debug("rerun: disconnect raised %r", exc)
         finally:
             self._release_file()
+
+
+def _merge_issues(into: Issues, more: Issues) -> None:
+    for f in dataclasses.fields(Issues):
+        a, b = getattr(into, f.name), getattr(more, f.name)
+        if isinstance(a, int):
+            setattr(into, f.name, a + b)
+        elif isinstance(a, list):
+            a.extend(b)
+        elif isinstance(a, dict):
+            for k, n in b.items():
+                a[k] = a.get(k, 0) + n
 
 
 # ── one sink per target, shared by the span and metric exporters ─────────────────────

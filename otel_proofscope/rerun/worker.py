@@ -37,6 +37,11 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
 
 from otel_proofscope.ledger import DropLedger
 from otel_proofscope.otlp import decode
+from otel_proofscope.pipeline.deadline import (
+    DEFAULT_SHUTDOWN_TIMEOUT_S,
+    ENV_SHUTDOWN_TIMEOUT,
+    parse_timeout,
+)
 from otel_proofscope.rerun import sink as sinks
 from otel_proofscope.rerun import span_wire
 from otel_proofscope.rerun.process import (
@@ -182,7 +187,11 @@ def main(argv: list[str] | None = None) -> int:
     os.close(null)
     target = parse_target(args[0])
     capacity = max(1, int(os.environ.get("PROOFSCOPE_RERUN_QUEUE", "") or sinks.DEFAULT_QUEUE))
-    timeout = float(os.environ.get("PROOFSCOPE_SHUTDOWN_TIMEOUT", "") or 3.0)
+    try:
+        timeout = parse_timeout(os.environ.get(ENV_SHUTDOWN_TIMEOUT))
+    except ValueError as exc:
+        _log.warning("%s; using %s s", exc, DEFAULT_SHUTDOWN_TIMEOUT_S)
+        timeout = DEFAULT_SHUTDOWN_TIMEOUT_S
     # The parent's ledger logs these losses once they are reported; not twice.
     logging.getLogger("otel_proofscope.drops").disabled = True
     ledger = DropLedger()

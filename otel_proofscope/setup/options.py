@@ -20,6 +20,7 @@ from opentelemetry.sdk.trace.export import SpanExporter
 
 from otel_proofscope.mapping.apply import Mapper
 from otel_proofscope.mapping.wiring import mapper_for
+from otel_proofscope.pipeline.deadline import ENV_SHUTDOWN_TIMEOUT, parse_timeout
 
 DEFAULT_OUT_DIR = "proofscope-out"
 DEFAULT_MAX_EVENTS_PER_SPAN = 16_384
@@ -146,8 +147,11 @@ class Options:
     ) -> Options:
         """configure()'s arguments merged with the environment; raises ValueError for a
         value that cannot be meant, naming where it came from."""
-        bound = _kwarg_or_env_float("shutdown_timeout_s", shutdown_timeout_s,
-                                    "PROOFSCOPE_SHUTDOWN_TIMEOUT", DEFAULT_SHUTDOWN_TIMEOUT_S)
+        # One validation for the bound, shared with the Rerun worker (pipeline/deadline):
+        # finite, positive, at most a day. None and 0 mean "not given", as always.
+        bound = (parse_timeout(shutdown_timeout_s, name="shutdown_timeout_s")
+                 if shutdown_timeout_s else parse_timeout(
+                     os.environ.get(ENV_SHUTDOWN_TIMEOUT), default=DEFAULT_SHUTDOWN_TIMEOUT_S))
         if metric_interval_s is not None:
             interval = positive_float("metric_interval_s", metric_interval_s)
         else:

@@ -15,9 +15,11 @@ from opentelemetry.sdk.trace import TracerProvider
 
 from otel_proofscope.instrumentation import ProofTracer
 from otel_proofscope.ledger import DROPS, REJECTIONS, DropLedger, RejectionLedger
+from otel_proofscope.pipeline.deadline import set_shutdown_deadline
 from otel_proofscope.pipeline.metric_export import CountingMetricExporter
 from otel_proofscope.pipeline.privacy import WitnessFilter
 from otel_proofscope.pipeline.processor import BoundedBatchSpanProcessor
+from otel_proofscope.pipeline.sigterm import hold_sigterm
 
 _log = logging.getLogger(__name__)
 
@@ -37,6 +39,8 @@ class ShutdownReport:
     timed_out: bool
     #: "rerun: drawn N spans; not drawn M (…)" when a Rerun route is configured.
     trace_line: str = ""
+    #: Witness events each filtered sink withheld (never counted as exported there).
+    witness_by_sink: dict[str, int] = field(default_factory=dict)
 
     def lines(self) -> list[str]:
         out = []
@@ -52,7 +56,10 @@ class ShutdownReport:
         if self.rejected:
             out.append(f"rejected bad input: {self.rejected} (see proofscope.rejected)")
         if self.witness_events_withheld:
-            out.append(f"witness events kept out of OTLP: {self.witness_events_withheld}")
+            per_sink = ", ".join(f"{k}: {n}" for k, n in sorted(self.witness_by_sink.items())
+                                 if n)
+            out.append(f"witness events kept out of OTLP: {self.witness_events_withheld} "
+                       f"({per_sink})")
         if self.timed_out:
             out.append(f"shutdown hit its {self.duration_s:.1f} s bound")
         return out
@@ -75,6 +82,8 @@ class Telemetry:
     witness_filters: list[WitnessFilter] = field(default_factory=list)
     _closers: list[Any] = field(default_factory=list)
     _before_shutdown: list[Any] = field(default_factory=list)
+    #: This pipeline's Rerun sinks / child processes, closed last (see _close_all).
+    _rerun: list[Any] = field(default_factory=list)
     _report: ShutdownReport | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -123,20 +132,17 @@ class Telemetry:
             budget = timeout_s if timeout_s is not None else self.shutdown_timeout_s
             start = time.monotonic()
             deadline = start + budget
-            for stop in self._before_shutdown:
-                self._bounded(stop, min(deadline, time.monotonic() + budget / 4))
-            # Metrics first: the final collection includes the last proof's durations.
-            self._bounded(lambda: self.meter_provider.shutdown(
-                timeout_millis=max(1, (deadline - time.monotonic()) * 1000)), deadline)
-            for exporter in self.metric_exporters:
-                exporter.abandon()
-            for processor in self.span_processors:
-                processor.shutdown(int(max(0.0, deadline - time.monotonic()) * 1000))
-            for close in self._closers:
-                try:
-                    close()
-                except Exception as exc:
-                    _log.debug("closer raised %r", exc)
+            # Exporters whose shutdown takes no timeout (Rerun) close within what is left;
+            # cleared afterwards, or a later pipeline in this process would inherit it.
+            set_shutdown_deadline(deadline)
+            # A second SIGTERM (an impatient supervisor) must not abort the accounting
+            # half way: the bound already guarantees a prompt exit.
+            restore = hold_sigterm()
+            try:
+                self._close_all(budget, deadline)
+            finally:
+                set_shutdown_deadline(None)
+                restore()
             elapsed = time.monotonic() - start
             self._report = self._make_report(budget, elapsed > budget)
             if self._report.dropped and log_drops:
@@ -144,19 +150,55 @@ class Telemetry:
                     _log.warning("%s", line)
             return self._report
 
+    def _close_all(self, budget: float, deadline: float) -> None:
+        for stop in self._before_shutdown:
+            self._bounded(stop, min(deadline, time.monotonic() + budget / 4))
+        # Metrics first: the final collection includes the last proof's durations. We
+        # wait for them at most half the budget before the spans' turn (a hung metric
+        # sink used to leave the spans no time: they were reported as delivered), and
+        # then again with whatever the spans left.
+        metrics = self._bounded(lambda: self.meter_provider.shutdown(
+            timeout_millis=max(1, (deadline - time.monotonic()) * 1000)),
+            min(deadline, time.monotonic() + budget / 2))
+        for processor in self.span_processors:
+            processor.shutdown(int(max(0.0, deadline - time.monotonic()) * 1000))
+        metrics.join(max(0.0, deadline - time.monotonic()))
+        for exporter in self.metric_exporters:
+            exporter.abandon()
+        # A Rerun sink is shared by the span and the metric exporter and closes on the
+        # last release; a metric shutdown that ran out of time never released, which
+        # left the sink open past the report with its queue uncounted. Close it now
+        # (a later release is then a no-op).
+        for resource in self._rerun:
+            try:
+                resource.close(max(0.0, deadline - time.monotonic()))
+            except Exception as exc:
+                _log.debug("closing %r raised %r", resource, exc)
+        for close in self._closers:
+            try:
+                close()
+            except Exception as exc:
+                _log.debug("closer raised %r", exc)
+
     @staticmethod
-    def _bounded(fn: Any, deadline: float) -> None:
+    def _bounded(fn: Any, deadline: float) -> threading.Thread:
         thread = threading.Thread(target=fn, daemon=True, name="proofscope-shutdown")
         thread.start()
         thread.join(max(0.0, deadline - time.monotonic()))
+        return thread
 
     def _make_report(self, budget: float, timed_out: bool) -> ShutdownReport:
         delivered = {p.sink: p.stats.delivered(self.ledger, p.sink)
                      for p in self.span_processors}
+        withheld: dict[str, int] = {}
+        for f in self.witness_filters:
+            withheld[f.sink] = withheld.get(f.sink, 0) + f.withheld_events
         return ShutdownReport(
             duration_s=budget,
             spans_exported={sink: d[0] for sink, d in delivered.items()},
-            events_exported={sink: d[1] for sink, d in delivered.items()},
+            events_exported={sink: max(0, d[1] - withheld.get(sink, 0))
+                             for sink, d in delivered.items()},
+            witness_by_sink=withheld,
             metric_points_exported={e.sink: e.delivered() for e in self.metric_exporters},
             dropped=self.ledger.total(),
             drop_lines=self.ledger.summary_lines(),

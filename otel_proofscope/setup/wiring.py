@@ -23,8 +23,6 @@ from __future__ import annotations
 
 import atexit
 import os
-import signal
-import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -43,10 +41,12 @@ from opentelemetry.sdk.trace.export import SpanExporter
 from otel_proofscope import instrumentation
 from otel_proofscope.instrumentation import ProofTracer
 from otel_proofscope.mapping import wiring as mapping
+from otel_proofscope.pipeline.fork_exit import flush_forked_children
 from otel_proofscope.pipeline.metric_export import CountingMetricExporter
-from otel_proofscope.pipeline.privacy import WitnessFilter
+from otel_proofscope.pipeline.privacy import Local, WitnessFilter
 from otel_proofscope.pipeline.processor import BoundedBatchSpanProcessor, SpanLimitAccounting
 from otel_proofscope.pipeline.self_metrics import register_self_metrics
+from otel_proofscope.pipeline.sigterm import sigterm_to_exit
 from otel_proofscope.setup import sinks
 from otel_proofscope.setup.options import Options
 from otel_proofscope.setup.telemetry import Telemetry
@@ -68,15 +68,17 @@ class _Build:
         self.counted: list[CountingMetricExporter] = []
         self.readers: list[MetricReader] = list(options.metric_readers)
         self.closers: list[Any] = []
+        self.rerun: list[Any] = []  # the Rerun sinks / children, closed last at shutdown
         self.used_dir: Path | None = None
 
     def add_spans(self, sink: str, exporter: SpanExporter, local: bool = False) -> None:
         # Mapping rules first: every sink receives the same contract spans.
         exporter = mapping.wrap(exporter, self.options.mapper)
         # Witness values stay in the process unless export_witness says otherwise;
-        # local sinks (Rerun, the caller's own exporters) see them regardless.
+        # local sinks (the Rerun exporter built here, and the caller's exporters marked
+        # with privacy.local()) see them regardless. Each filter counts for its sink.
         if not local and not self.options.export_witness:
-            exporter = WitnessFilter(exporter)
+            exporter = WitnessFilter(exporter, sink)
             self.witness_filters.append(exporter)
         proc = BoundedBatchSpanProcessor(exporter, sink=sink,
                                          max_queue_size=self.options.max_queue_size)
@@ -89,6 +91,16 @@ class _Build:
         self.readers.append(PeriodicExportingMetricReader(
             wrapped, export_interval_millis=self.options.metric_interval_s * 1000,
             export_timeout_millis=self.options.shutdown_timeout_s * 1000))
+
+    def _keep_rerun(self, exporter: object) -> None:
+        # The sink (thread) or worker (child process) behind a Rerun exporter; span and
+        # metric exporters of one target share it.
+        for attr in ("sink", "worker"):
+            resource = getattr(exporter, attr, None)
+            if resource is not None and hasattr(resource, "close"):
+                if all(resource is not r for r in self.rerun):
+                    self.rerun.append(resource)
+                return
 
     def file_dir(self) -> Path:
         directory = self.options.out_dir
@@ -107,7 +119,9 @@ class _Build:
         elif name == "console":
             self.add_spans("console", sinks.console_span_exporter())
         elif name == "rerun":
-            self.add_spans("rerun", sinks.rerun_span_exporter(opts), local=True)
+            exporter = sinks.rerun_span_exporter(opts)
+            self._keep_rerun(exporter)
+            self.add_spans("rerun", exporter, local=True)
         else:
             self.add_spans(name, sinks.entry_point("opentelemetry_traces_exporter", name)())
 
@@ -122,7 +136,9 @@ class _Build:
         elif name == "console":
             self.add_metrics("console", sinks.console_metric_exporter())
         elif name == "rerun":
-            self.add_metrics("rerun", sinks.rerun_metric_exporter(opts))
+            metric_exporter = sinks.rerun_metric_exporter(opts)
+            self._keep_rerun(metric_exporter)
+            self.add_metrics("rerun", metric_exporter)
         else:
             self.add_metrics(name,
                              sinks.entry_point("opentelemetry_metrics_exporter", name)())
@@ -178,6 +194,8 @@ def configure(
         shutdown_timeout_s: bound on ``shutdown()`` and on process exit
             (``PROOFSCOPE_SHUTDOWN_TIMEOUT``, default 3 s).
         span_exporters / metric_readers: extra ``(sink_name, exporter)`` pairs / readers.
+            Witness events are filtered out of these too unless ``export_witness``, or
+            the exporter is wrapped in :func:`otel_proofscope.pipeline.privacy.local`.
         max_queue_size: spans queued per sink before new ones are dropped and counted
             (``PROOFSCOPE_MAX_QUEUE``, default 8192: bounds memory with a dead collector).
         handle_sigterm: when SIGTERM has its default action, turn it into ``SystemExit``
@@ -204,7 +222,9 @@ def build(options: Options) -> Telemetry:
     for name in options.metric_exporters:
         parts.metric_sink(name)
     for sink, exporter in options.span_exporters:
-        parts.add_spans(sink, exporter, local=True)
+        # Filtered unless the caller opted in with privacy.local(): an extra exporter
+        # (a backup collector) may well leave the process.
+        parts.add_spans(sink, exporter, local=isinstance(exporter, Local))
     if options.prometheus_port is not None:
         parts.readers.append(sinks.prometheus_reader(options.prometheus_port, parts.closers))
 
@@ -212,6 +232,7 @@ def build(options: Options) -> Telemetry:
                                    shutdown_on_exit=False)
     mapping.install_metrics(parts.tracer_provider, meter_provider, options.mapper)
     instrumentation.set_capture_witness(options.capture_witness)
+    instrumentation.set_max_events_per_span(options.max_events_per_span)
     if options.set_global:
         trace.set_tracer_provider(parts.tracer_provider)
         metrics.set_meter_provider(meter_provider)
@@ -221,22 +242,9 @@ def build(options: Options) -> Telemetry:
         tracer=ProofTracer(parts.tracer_provider, meter_provider),
         span_processors=parts.processors, metric_exporters=parts.counted,
         shutdown_timeout_s=options.shutdown_timeout_s, out_dir=parts.used_dir,
-        witness_filters=parts.witness_filters, _closers=parts.closers)
+        witness_filters=parts.witness_filters, _closers=parts.closers, _rerun=parts.rerun)
     atexit.register(telemetry.shutdown)
+    flush_forked_children(telemetry)
     if options.handle_sigterm:
-        _sigterm_to_exit()
+        sigterm_to_exit()
     return telemetry
-
-
-def _sigterm_to_exit() -> None:
-    if threading.current_thread() is not threading.main_thread():
-        return
-    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
-        return  # the application has its own handler; leave it alone
-
-    def terminate(signum: int, _frame: object) -> None:
-        # Unwinds the prover: open spans end with status ERROR, then atexit flushes
-        # within the shutdown bound. 128 + 15 is the conventional exit code.
-        raise SystemExit(128 + signum)
-
-    signal.signal(signal.SIGTERM, terminate)

@@ -24,6 +24,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
 )
+from opentelemetry.proto.trace.v1 import trace_pb2
 
 
 class Signal(StrEnum):
@@ -94,6 +95,13 @@ def decode(signal: Signal, body: bytes, encoding: Encoding) -> Message:
     return msg
 
 
+#: Stand-ins the converter refuses item by item (a partial success, not a refused
+#: request): a 1-byte id (ids are 8 or 16 bytes) and a span kind no enum value has.
+_BAD_ID = base64.b64encode(b"\x00").decode("ascii")
+_BAD_KIND = 0x7FFF
+_SPAN_KINDS = frozenset(trace_pb2.Span.SpanKind.keys())
+
+
 def _hex_ids_to_base64(node: Any, depth: int) -> None:
     if depth > MAX_JSON_DEPTH:
         raise BadRequest("OTLP/JSON nested too deeply")
@@ -103,7 +111,12 @@ def _hex_ids_to_base64(node: Any, depth: int) -> None:
                 try:
                     node[key] = base64.b64encode(bytes.fromhex(value)).decode("ascii")
                 except ValueError:
-                    raise BadRequest(f"{key} is not a hex string: {value[:40]!r}") from None
+                    # One odd-length id costs only its span (it used to refuse the
+                    # whole request).
+                    node[key] = _BAD_ID
+            elif key == "kind" and isinstance(value, str) and value not in _SPAN_KINDS:
+                # protobuf's parser would quietly drop an unknown enum name (-> INTERNAL).
+                node[key] = _BAD_KIND
             else:
                 _hex_ids_to_base64(value, depth + 1)
     elif isinstance(node, list):

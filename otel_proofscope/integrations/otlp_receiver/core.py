@@ -24,7 +24,7 @@ from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult,
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from otel_proofscope.integrations.otlp_receiver import codec
+from otel_proofscope.integrations.otlp_receiver import codec, limits
 from otel_proofscope.ledger import DROPS, DropLedger
 from otel_proofscope.otlp import decode
 from otel_proofscope.semconv import DropReason
@@ -60,6 +60,10 @@ class Outcome(StrEnum):
     UNAUTHENTICATED = "unauthenticated"
     UNSUPPORTED_MEDIA_TYPE = "unsupported_media_type"
     BUSY = "busy"
+    #: Past the in-flight byte budget: refused at once with a retry hint.
+    OVER_BUDGET = "over_budget"
+    #: The client did not finish sending its request within the deadline.
+    TIMEOUT = "timeout"
 
 
 _REASON = {
@@ -68,6 +72,8 @@ _REASON = {
     Outcome.UNAUTHENTICATED: REASON_UNAUTHENTICATED,
     Outcome.UNSUPPORTED_MEDIA_TYPE: DropReason.INVALID.value,
     Outcome.BUSY: REASON_BUSY,
+    Outcome.OVER_BUDGET: REASON_BUSY,
+    Outcome.TIMEOUT: DropReason.TIMEOUT.value,
 }
 
 
@@ -93,6 +99,8 @@ class Ingest:
                  max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
                  max_concurrent: int = DEFAULT_MAX_CONCURRENT,
                  admission_timeout_s: float = ADMISSION_TIMEOUT_S,
+                 max_inflight_bytes: int = limits.DEFAULT_MAX_INFLIGHT_BYTES,
+                 request_deadline_s: float = limits.DEFAULT_REQUEST_DEADLINE_S,
                  ledger: DropLedger = DROPS) -> None:
         if max_message_bytes <= 0:
             raise ValueError(f"max_message_bytes must be positive, got {max_message_bytes}")
@@ -103,9 +111,16 @@ class Ingest:
         self.max_message_bytes = max_message_bytes
         self.max_concurrent = max_concurrent
         self.admission_timeout_s = admission_timeout_s
+        if token is not None and not token.strip():
+            # It could never authenticate (credentials are stripped): refuse it at start.
+            raise ValueError("the token is empty or whitespace; give a real token or none")
         self._token = f"Bearer {token}".encode() if token else None
         self._ledger = ledger
         self._admission = threading.BoundedSemaphore(max_concurrent)
+        if not request_deadline_s > 0:
+            raise ValueError(f"request_deadline_s must be positive, got {request_deadline_s}")
+        self.request_deadline_s = request_deadline_s
+        self.budget = limits.ByteBudget(max_inflight_bytes)
         # SDK exporters are not promised to be thread-safe; requests arrive concurrently.
         self._export_lock = threading.Lock()
         self._stats_lock = threading.Lock()
@@ -124,12 +139,29 @@ class Ingest:
         presented = f"Bearer {credentials.strip()}".encode()
         return scheme.lower() == "bearer" and hmac.compare_digest(presented, self._token)
 
+    def authorized_all(self, values: Sequence[str]) -> bool:
+        """One rule for both transports: exactly one ``authorization`` header, carrying
+        the token. Several are refused (gRPC used to take the last and HTTP the first,
+        so a proxy and a client could each pick a different one)."""
+        if self._token is None:
+            return True
+        return len(values) == 1 and self.authorized(values[0])
+
     def admit(self) -> bool:
         """Take one of ``max_concurrent`` slots, waiting at most ``admission_timeout_s``."""
         return self._admission.acquire(timeout=self.admission_timeout_s)
 
     def release(self) -> None:
         self._admission.release()
+
+    def timed_out(self, signal: codec.Signal | None) -> None:
+        """Count a request closed at its deadline (``signal`` None: before its path)."""
+        name = requests_signal(signal) if signal is not None else "otlp_requests"
+        self._ledger.record(name, LEDGER_SINK, _REASON[Outcome.TIMEOUT])
+        if signal is not None:
+            self._count(signal, Outcome.TIMEOUT)
+        _log.info("closed an OTLP/HTTP request not finished within %.0f s",
+                  self.request_deadline_s)
 
     def reject(self, signal: codec.Signal, outcome: Outcome, message: str) -> Result:
         """Count a refused request and build its result."""

@@ -19,7 +19,7 @@ import grpc
 from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2, metrics_service_pb2_grpc
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 
-from otel_proofscope.integrations.otlp_receiver import codec
+from otel_proofscope.integrations.otlp_receiver import codec, limits
 from otel_proofscope.integrations.otlp_receiver.core import Ingest, Outcome
 
 #: gRPC core's receive limit, as a multiple of the receiver's own cap.
@@ -34,7 +34,20 @@ GRPC_CODE: dict[Outcome, grpc.StatusCode] = {
     Outcome.UNAUTHENTICATED: grpc.StatusCode.UNAUTHENTICATED,
     Outcome.UNSUPPORTED_MEDIA_TYPE: grpc.StatusCode.INVALID_ARGUMENT,
     Outcome.BUSY: grpc.StatusCode.UNAVAILABLE,
+    Outcome.OVER_BUDGET: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    Outcome.TIMEOUT: grpc.StatusCode.DEADLINE_EXCEEDED,
 }
+
+#: Trailing metadata key of google.rpc.RetryInfo, which OTLP exporters honour.
+RETRY_INFO_KEY = "google.rpc.retryinfo-bin"
+
+
+def _retry_info(seconds: int) -> bytes:
+    from google.rpc.error_details_pb2 import RetryInfo  # type: ignore[import-untyped]
+
+    info = RetryInfo()
+    info.retry_delay.seconds = seconds
+    return bytes(info.SerializeToString())
 
 _TRACE_SERVICE = trace_service_pb2.DESCRIPTOR.services_by_name["TraceService"].full_name
 _METRICS_SERVICE = metrics_service_pb2.DESCRIPTOR.services_by_name["MetricsService"].full_name
@@ -42,20 +55,32 @@ _METRICS_SERVICE = metrics_service_pb2.DESCRIPTOR.services_by_name["MetricsServi
 
 def _export(ingest: Ingest, signal: codec.Signal, body: bytes,
             context: grpc.ServicerContext) -> bytes:
-    metadata = {k.lower(): v for k, v in context.invocation_metadata()
-                if isinstance(v, str)}
-    if not ingest.authorized(metadata.get("authorization")):
+    auth = [v for k, v in context.invocation_metadata()
+            if k.lower() == "authorization" and isinstance(v, str)]
+    if not ingest.authorized_all(auth):
         result = ingest.reject(signal, Outcome.UNAUTHENTICATED,
                                "missing or wrong bearer token (metadata 'authorization')")
-    elif not ingest.admit():
-        result = ingest.reject(signal, Outcome.BUSY, "receiver busy, retry later")
+    elif not ingest.budget.reserve(len(body)):
+        # grpc core already holds the body; refusing now keeps decode and export (the
+        # ~90x amplification) within the budget.
+        result = ingest.reject(signal, Outcome.OVER_BUDGET,
+                               f"receiver over its in-flight byte budget "
+                               f"({ingest.budget.limit} bytes), retry later")
     else:
         try:
-            result = ingest.handle(signal, body, codec.Encoding.PROTOBUF)
+            if not ingest.admit():
+                result = ingest.reject(signal, Outcome.BUSY, "receiver busy, retry later")
+            else:
+                try:
+                    result = ingest.handle(signal, body, codec.Encoding.PROTOBUF)
+                finally:
+                    ingest.release()
         finally:
-            ingest.release()
+            ingest.budget.release(len(body))
     if result.outcome is Outcome.OK and result.response is not None:
         return codec.encode(result.response, codec.Encoding.PROTOBUF)
+    if result.outcome in (Outcome.OVER_BUDGET, Outcome.BUSY):
+        context.set_trailing_metadata(((RETRY_INFO_KEY, _retry_info(limits.RETRY_AFTER_S)),))
     context.abort(GRPC_CODE[result.outcome], result.message)
     raise AssertionError("unreachable: context.abort raises")  # pragma: no cover
 

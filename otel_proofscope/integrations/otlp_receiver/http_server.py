@@ -22,12 +22,14 @@ from typing import Any
 from otel_proofscope.integrations.otlp_receiver import codec
 from otel_proofscope.integrations.otlp_receiver.core import Ingest, Outcome, Result
 from otel_proofscope.integrations.otlp_receiver.grpc_server import GRPC_CODE
+from otel_proofscope.integrations.otlp_receiver.limits import RETRY_AFTER_S, Watchdog
 
 _log = logging.getLogger("otel_proofscope.serve.http")
 
 #: A rejected body is read and discarded up to this multiple of the cap, then we hang up.
 DRAIN_FACTOR = 4
-#: Seconds a client may stall mid-request before its connection is closed.
+#: Seconds a keep-alive connection may sit idle between requests (a request itself has
+#: a whole-request deadline: Ingest.request_deadline_s).
 SOCKET_TIMEOUT_S = 15.0
 _CHUNK = 64 * 1024
 
@@ -38,6 +40,8 @@ HTTP_STATUS: dict[Outcome, HTTPStatus] = {
     Outcome.UNAUTHENTICATED: HTTPStatus.UNAUTHORIZED,
     Outcome.UNSUPPORTED_MEDIA_TYPE: HTTPStatus.UNSUPPORTED_MEDIA_TYPE,
     Outcome.BUSY: HTTPStatus.SERVICE_UNAVAILABLE,
+    Outcome.OVER_BUDGET: HTTPStatus.SERVICE_UNAVAILABLE,
+    Outcome.TIMEOUT: HTTPStatus.REQUEST_TIMEOUT,
 }
 
 
@@ -51,6 +55,7 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
     block_on_close = False
     ingest: Ingest
+    watchdog: Watchdog
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         # socketserver prints a traceback to stderr; a client that resets or stalls is
@@ -70,9 +75,45 @@ class _Handler(BaseHTTPRequestHandler):
     sys_version = ""
     timeout = SOCKET_TIMEOUT_S
     _body_read = False
+    _deadline: int | None = None
+    _timed_out = False
 
     def log_message(self, format: str, *args: Any) -> None:
         _log.debug("%s %s", self.address_string(), format % args)
+
+    # ── whole-request deadline ──────────────────────────────────────────────────────
+
+
+    def _expire(self) -> None:
+        self._timed_out = True
+        self.close_connection = True
+        path = getattr(self, "path", "") or ""
+        self.server.ingest.timed_out(codec.PATHS.get(path.split("?", 1)[0]))
+
+    def handle_one_request(self) -> None:
+        # An idle keep-alive connection waits for its next request under the socket
+        # timeout; from the request's first byte, the whole request (request line,
+        # headers, body) must arrive within the deadline: a per-read timeout lets a
+        # client drip one byte at a time forever.
+        try:
+            self.rfile.peek(1)  # type: ignore[attr-defined]  # a BufferedReader here
+        except (OSError, ValueError):
+            self.close_connection = True
+            return
+        self._timed_out = False
+        self._deadline = self.server.watchdog.arm(
+            self.connection, self.server.ingest.request_deadline_s, self._expire)
+        try:
+            super().handle_one_request()
+        except OSError:
+            if not self._timed_out:
+                raise
+        finally:
+            if self._deadline is not None:
+                self.server.watchdog.disarm(self._deadline)
+                self._deadline = None
+            if self._timed_out:
+                self.close_connection = True
 
     # ── verbs ───────────────────────────────────────────────────────────────────────
 
@@ -85,7 +126,7 @@ class _Handler(BaseHTTPRequestHandler):
             return
         encoding = codec.media_type(self.headers.get("Content-Type"))
         reply_as = encoding or codec.Encoding.JSON
-        if not ingest.authorized(self.headers.get("Authorization")):
+        if not ingest.authorized_all(self.headers.get_all("Authorization") or []):
             self._reject(ingest.reject(signal, Outcome.UNAUTHENTICATED,
                                        "missing or wrong bearer token"), reply_as)
             return
@@ -101,21 +142,40 @@ class _Handler(BaseHTTPRequestHandler):
                                        f"Content-Encoding {content_encoding!r} is not "
                                        "supported; use gzip or none"), encoding)
             return
-        if not ingest.admit():
-            self._reject(ingest.reject(signal, Outcome.BUSY, "receiver busy, retry later"),
-                         encoding)
+        cap = ingest.max_message_bytes
+        declared = _declared_length(self.headers.get("Content-Length"))
+        reserved = min(declared, cap) if declared is not None else cap
+        if content_encoding == "gzip":
+            reserved += cap  # the inflated copy
+        if not ingest.budget.reserve(reserved):
+            self._reject(ingest.reject(signal, Outcome.OVER_BUDGET,
+                                       f"receiver over its in-flight byte budget "
+                                       f"({ingest.budget.limit} bytes), retry later"), encoding)
             return
         try:
+            # The body arrives with no shared slot held: a slow client holds only its
+            # own thread and its share of the byte budget, until its deadline.
             try:
-                body = self._read_body(ingest.max_message_bytes)
+                body = self._read_body(cap)
                 if content_encoding == "gzip":
-                    body = _gunzip(body, ingest.max_message_bytes)
+                    body = _gunzip(body, cap)
             except _BodyError as exc:
+                if self._timed_out:
+                    return  # counted as timeout; the connection is gone
                 self._reject(ingest.reject(signal, exc.outcome, str(exc)), encoding)
                 return
-            result = ingest.handle(signal, body, encoding)
+            if self._timed_out:
+                return
+            if not ingest.admit():
+                self._reject(ingest.reject(signal, Outcome.BUSY, "receiver busy, retry later"),
+                             encoding)
+                return
+            try:
+                result = ingest.handle(signal, body, encoding)
+            finally:
+                ingest.release()
         finally:
-            ingest.release()
+            ingest.budget.release(reserved)
         if result.outcome is Outcome.OK and result.response is not None:
             self._send(HTTPStatus.OK, codec.encode(result.response, encoding), encoding.value)
         else:
@@ -174,7 +234,10 @@ class _Handler(BaseHTTPRequestHandler):
                 return b"".join(parts)
             total += size
             if total > cap:
-                self.close_connection = True
+                # Drained like an oversized Content-Length body (up to DRAIN_FACTOR x
+                # cap), so the client reads a 413 instead of a broken pipe that it
+                # would retry (and that was counted once per retry).
+                self._drain_chunks(size, total, cap)
                 raise _BodyError(Outcome.TOO_LARGE,
                                  f"chunked request exceeds the cap of {cap} bytes")
             chunk = self.rfile.read(size)
@@ -183,6 +246,32 @@ class _Handler(BaseHTTPRequestHandler):
                 self.close_connection = True
                 raise _BodyError(Outcome.INVALID, "chunked body ended early")
             parts.append(chunk)
+
+    def _drain_chunks(self, pending: int, total: int, cap: int) -> None:
+        """Skip the rest of a chunked body whose current chunk has ``pending`` bytes."""
+        while True:
+            if total > DRAIN_FACTOR * cap:
+                self.close_connection = True
+                return
+            left = pending
+            while left > 0:
+                got = self.rfile.read(min(left, _CHUNK))
+                if not got:
+                    self.close_connection = True
+                    return
+                left -= len(got)
+            self.rfile.readline(16)
+            line = self.rfile.readline(1024)
+            try:
+                pending = int(line.split(b";", 1)[0].strip(), 16)
+            except ValueError:
+                self.close_connection = True
+                return
+            if pending <= 0:
+                while self.rfile.readline(1024).strip():  # trailers
+                    pass
+                return
+            total += pending
 
     def _drain(self, length: int, cap: int) -> None:
         if length > DRAIN_FACTOR * cap:
@@ -217,8 +306,8 @@ class _Handler(BaseHTTPRequestHandler):
         extra: dict[str, str] = {}
         if result.outcome is Outcome.UNAUTHENTICATED:
             extra["WWW-Authenticate"] = 'Bearer realm="proofscope"'
-        elif result.outcome is Outcome.BUSY:
-            extra["Retry-After"] = "1"
+        elif result.outcome in (Outcome.BUSY, Outcome.OVER_BUDGET):
+            extra["Retry-After"] = str(RETRY_AFTER_S)
         self._send(status, body, encoding.value, extra)
 
     def _plain(self, status: HTTPStatus, text: str, headers: dict[str, str] | None = None
@@ -241,19 +330,36 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(body)
 
 
+def _declared_length(raw: str | None) -> int | None:
+    try:
+        return max(0, int(raw)) if raw is not None else None
+    except ValueError:
+        return None
+
+
 def _gunzip(body: bytes, cap: int) -> bytes:
     # Bounded: a small gzip bomb must not inflate past the cap.
-    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
-    try:
-        out = d.decompress(body, cap + 1)
-    except zlib.error as exc:
-        raise _BodyError(Outcome.INVALID, f"bad gzip body: {exc}") from None
-    if len(out) > cap or d.unconsumed_tail:
-        raise _BodyError(Outcome.TOO_LARGE, f"decompressed request exceeds the cap of {cap} "
-                                            "bytes")
-    if not d.eof:
-        raise _BodyError(Outcome.INVALID, "truncated gzip body")
-    return out
+    # A gzip stream may hold several members (RFC 1952 §2.2); each is inflated, and
+    # the cap holds for them together (a second member used to be ignored silently).
+    parts: list[bytes] = []
+    size = 0
+    rest = body
+    while True:
+        d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        try:
+            out = d.decompress(rest, cap + 1 - size)
+        except zlib.error as exc:
+            raise _BodyError(Outcome.INVALID, f"bad gzip body: {exc}") from None
+        size += len(out)
+        if size > cap or d.unconsumed_tail:
+            raise _BodyError(Outcome.TOO_LARGE, f"decompressed request exceeds the cap of "
+                                                f"{cap} bytes")
+        if not d.eof:
+            raise _BodyError(Outcome.INVALID, "truncated gzip body")
+        parts.append(out)
+        rest = d.unused_data
+        if not rest:
+            return b"".join(parts)
 
 
 class HttpReceiver:
@@ -263,6 +369,7 @@ class HttpReceiver:
         cls = _IPv6Server if ":" in host else _Server
         self._server = cls((host, port), _Handler)
         self._server.ingest = ingest
+        self._server.watchdog = Watchdog()
         self.host = host
         self.port: int = self._server.server_address[1]
         self._thread: threading.Thread | None = None
@@ -279,6 +386,7 @@ class HttpReceiver:
         self._thread.start()
 
     def stop(self, timeout_s: float = 2.0) -> None:
+        self._server.watchdog.stop()
         if self._thread is not None:
             self._server.shutdown()
             self._thread.join(timeout_s)

@@ -9,6 +9,7 @@ from types import TracebackType
 from opentelemetry.sdk.metrics.export import MetricExporter
 from opentelemetry.sdk.trace.export import SpanExporter
 
+from otel_proofscope.integrations.otlp_receiver import limits
 from otel_proofscope.integrations.otlp_receiver.core import (
     ADMISSION_TIMEOUT_S,
     DEFAULT_MAX_CONCURRENT,
@@ -39,13 +40,19 @@ class OtlpReceiver:
                  http_port: int | None = DEFAULT_HTTP_PORT, token: str | None = None,
                  max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
                  max_concurrent: int = DEFAULT_MAX_CONCURRENT,
-                 admission_timeout_s: float = ADMISSION_TIMEOUT_S) -> None:
+                 admission_timeout_s: float = ADMISSION_TIMEOUT_S,
+                 max_inflight_bytes: int | None = None,
+                 request_deadline_s: float = limits.DEFAULT_REQUEST_DEADLINE_S) -> None:
         if grpc_port is None and http_port is None:
             raise ValueError("at least one of grpc_port and http_port must be given")
         self.ingest = Ingest(span_exporters, metric_exporters, token=token,
                              max_message_bytes=max_message_bytes,
                              max_concurrent=max_concurrent,
-                             admission_timeout_s=admission_timeout_s)
+                             admission_timeout_s=admission_timeout_s,
+                             # at least one message at the cap, with its inflated copy
+                             max_inflight_bytes=max_inflight_bytes or max(
+                                 limits.DEFAULT_MAX_INFLIGHT_BYTES, 2 * max_message_bytes),
+                             request_deadline_s=request_deadline_s)
         self.host = host
         self._grpc = GrpcReceiver(self.ingest, host, grpc_port) if grpc_port is not None \
             else None

@@ -1,0 +1,93 @@
+"""serve's in-flight byte budget: a request past it is refused at once with a retry hint
+and counted, on both transports; the ones within it are served."""
+
+from __future__ import annotations
+
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+
+import grpc
+import pytest
+from google.rpc.error_details_pb2 import RetryInfo
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+
+from otel_proofscope.integrations.otlp_receiver import OtlpReceiver
+from otel_proofscope.pipeline.drops import DROPS
+
+pytestmark = pytest.mark.chaos
+
+BUDGET = 1 << 20
+
+
+class Held(SpanExporter):
+    """A downstream sink that holds the first export until released (a slow Rerun)."""
+
+    def __init__(self) -> None:
+        self.entered = threading.Event()
+        self.release = threading.Event()
+        self.spans = 0
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        self.entered.set()
+        self.release.wait(20)
+        self.spans += len(spans)
+        return SpanExportResult.SUCCESS
+
+    def shutdown(self) -> None:
+        self.release.set()
+
+
+def _request(spans: int, pad: int) -> bytes:
+    req = ExportTraceServiceRequest()
+    ss = req.resource_spans.add().scope_spans.add()
+    for i in range(spans):
+        s = ss.spans.add()
+        s.trace_id = bytes(15) + bytes([1])
+        s.span_id = bytes(7) + bytes([i + 1])
+        s.name = "x" * pad
+        s.start_time_unix_nano = 1
+        s.end_time_unix_nano = 2
+    return bytes(req.SerializeToString())
+
+
+def test_requests_past_the_budget_get_a_retry_hint_and_are_counted() -> None:
+    held = Held()
+    receiver = OtlpReceiver([held], [], grpc_port=0, http_port=0,
+                            max_message_bytes=4 << 20, max_inflight_bytes=BUDGET)
+    receiver.start()
+    try:
+        channel = grpc.insecure_channel(receiver.grpc_endpoint or "")
+        export = channel.unary_unary(
+            "/opentelemetry.proto.collector.trace.v1.TraceService/Export",
+            request_serializer=None, response_deserializer=None)
+        big = _request(8, 100_000)  # ~800 KB: fits alone
+        first = export.future(big, timeout=20)
+        assert held.entered.wait(10)
+        # a second one does not fit next to the first: refused at once, with RetryInfo
+        with pytest.raises(grpc.RpcError) as err:
+            export(big, timeout=5)
+        assert err.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
+        trailing = dict(err.value.trailing_metadata() or ())
+        info = RetryInfo.FromString(trailing["google.rpc.retryinfo-bin"])
+        assert info.retry_delay.seconds >= 1
+        # HTTP: 503 with Retry-After
+        http = urllib.request.Request(f"{receiver.http_endpoint}/v1/traces", data=big,
+                                      headers={"Content-Type": "application/x-protobuf"})
+        with pytest.raises(urllib.error.HTTPError) as herr:
+            urllib.request.urlopen(http, timeout=5)
+        assert herr.value.code == 503
+        assert herr.value.headers["Retry-After"] == "1"
+        held.release.set()
+        first.result(timeout=20)
+        # within the budget again: served
+        export(big, timeout=20)
+        assert held.spans == 16
+        assert DROPS.total(signal="otlp_traces_requests", reason="queue_full") == 2
+        channel.close()
+    finally:
+        held.release.set()
+        receiver.stop()

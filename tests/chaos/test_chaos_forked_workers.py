@@ -1,0 +1,65 @@
+"""Spans made in forked multiprocessing workers (Process and Pool) are exported before
+the worker leaves through os._exit, to a real OTLP/HTTP receiver."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from collections import Counter
+
+import pytest
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from chaos.faults import child_env
+from otel_proofscope.integrations.otlp_receiver import OtlpReceiver
+
+pytestmark = pytest.mark.chaos
+
+PROVER = textwrap.dedent("""
+    import multiprocessing as mp, sys
+    import otel_proofscope as ps
+    t = ps.configure(rerun="off", shutdown_timeout_s=3, metric_interval_s=60)
+
+    def work(i):
+        for k in range(6):
+            with t.tracer.proof(system="proc"):
+                pass
+
+    def task(i):
+        with t.tracer.proof(system="pool"):
+            pass
+        return i
+
+    if __name__ == "__main__":
+        ctx = mp.get_context("fork")
+        procs = [ctx.Process(target=work, args=(i,)) for i in range(4)]
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join()
+        with ctx.Pool(4) as pool:  # __exit__ terminates the workers
+            assert sorted(pool.map(task, range(120), chunksize=5)) == list(range(120))
+        with t.tracer.proof(system="parent"):
+            pass
+        print("codes", [p.exitcode for p in procs], flush=True)
+""")
+
+
+def test_process_and_pool_workers_export_their_spans(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    memory = InMemorySpanExporter()
+    receiver = OtlpReceiver([memory], [], grpc_port=None, http_port=0)
+    receiver.start()
+    try:
+        script = tmp_path / "prover.py"
+        script.write_text(PROVER)
+        env = child_env(OTEL_EXPORTER_OTLP_ENDPOINT=receiver.http_endpoint or "",
+                        OTEL_EXPORTER_OTLP_PROTOCOL="http/protobuf")
+        res = subprocess.run([sys.executable, str(script)], env=env, text=True,
+                             capture_output=True, timeout=120, cwd=tmp_path)
+    finally:
+        receiver.stop()
+    assert res.returncode == 0, res.stderr
+    assert "codes [0, 0, 0, 0]" in res.stdout
+    systems = Counter(s.attributes.get("proof.system") for s in memory.get_finished_spans())
+    assert systems == {"proc": 24, "pool": 120, "parent": 1}, (systems, res.stderr[-2000:])

@@ -1,0 +1,49 @@
+"""A metric sink that hangs through the shutdown must not leave the Rerun sink open
+past the report: what Rerun still holds is counted, not reported as exported."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+from chaos.faults import silent_listener
+from otel_proofscope.pipeline.config import configure
+from otel_proofscope.pipeline.drops import DROPS
+from otel_proofscope.rerun.sink import RerunSink
+
+pytestmark = pytest.mark.chaos
+
+
+def test_rerun_queue_is_counted_when_a_metric_sink_hangs(tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch
+                                                         ) -> None:
+    release = threading.Event()
+    real_send = RerunSink._send
+    calls = [0]
+
+    def slow_after_first(self: RerunSink, sends: object) -> None:
+        calls[0] += 1
+        if calls[0] > 1:
+            release.wait(30)  # Rerun stuck on the second batch
+        real_send(self, sends)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(RerunSink, "_send", slow_after_first)
+    with silent_listener() as collector:
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{collector.port}")
+        monkeypatch.setenv("OTEL_TRACES_EXPORTER", "rerun")
+        monkeypatch.setenv("OTEL_METRICS_EXPORTER", "otlp,rerun")  # OTLP shuts down first
+        t = configure(out_dir=tmp_path, set_global=False, rerun=f"file:{tmp_path / 'r.rrd'}",
+                      rerun_process=False, shutdown_timeout_s=2.0, metric_interval_s=60)
+        made = 0
+        for _ in range(3):
+            with t.tracer.proof(system="gkr"), t.tracer.layer(index=0, kind="MatMul"):
+                pass
+            made += 2
+            t.force_flush(1)
+        report = t.shutdown()
+        release.set()
+    lost = DROPS.total(signal="spans", sink="rerun")
+    assert report.spans_exported["rerun"] + lost == made, (report.lines(), DROPS.snapshot())
+    assert lost > 0
