@@ -423,9 +423,13 @@ def test_a_viewer_that_goes_away_every_span_counted_once() -> None:
     accepted: list[socket.socket] = []
 
     def accept() -> None:
+        # A live viewer as the sink's liveness probe sees one: it answers the HTTP/2
+        # preface with a SETTINGS frame (an HTTP/2 server's own preface).
         with contextlib.suppress(OSError):
             while True:
-                accepted.append(listener.accept()[0])
+                conn = listener.accept()[0]
+                accepted.append(conn)
+                conn.sendall(b"\x00\x00\x00\x04\x00\x00\x00\x00\x00")
 
     threading.Thread(target=accept, daemon=True).start()
     exporter = RerunSpanExporter(f"rerun+http://127.0.0.1:{port}/proxy")

@@ -71,3 +71,11 @@ def _shutdown() -> None:
     # Nothing useful to do about an error at exit; the sink already counted its items.
     with contextlib.suppress(Exception):
         rr.rerun_shutdown()
+
+
+# At import, right after ``import rerun`` registered its hook: ours takes that hook's
+# place in atexit's last-in-first-out order. Installed later (at the first sink), it
+# would run *before* an OTel provider's own exit flush and close the recording while
+# that flush still had spans for it (seen: an EZKL proof under opentelemetry-instrument
+# lost every span its exit flush carried).
+install()

@@ -16,9 +16,13 @@ variables (the CLI flags set them), ``PROOFSCOPE_*`` from the environment.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
-from opentelemetry.sdk._configuration import _BaseConfigurator
+from opentelemetry.sdk._configuration import _BaseConfigurator, _OTelSDKConfigurator
+
+#: The entry-point name a user selects with ``OTEL_PYTHON_CONFIGURATOR``.
+NAME = "proofscope"
 
 
 class ProofscopeConfigurator(_BaseConfigurator):
@@ -27,6 +31,12 @@ class ProofscopeConfigurator(_BaseConfigurator):
     telemetry: Any = None
 
     def _configure(self, **kwargs: Any) -> None:
+        if os.environ.get("OTEL_PYTHON_CONFIGURATOR", "").strip() != NAME:
+            # Opt-in only. opentelemetry-instrument runs the *first* configurator entry
+            # point when none is named, and which one is first depends on install order:
+            # unnamed, behave exactly as the SDK's own configurator would.
+            _OTelSDKConfigurator()._configure(**kwargs)  # type: ignore[no-untyped-call]
+            return
         from otel_proofscope.setup import configure
 
         if ProofscopeConfigurator.telemetry is None:

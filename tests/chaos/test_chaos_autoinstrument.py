@@ -83,3 +83,26 @@ def test_auto_instrumented_prover_gets_the_bounded_pipeline(tmp_path: Path) -> N
     proofs = {p for p in readback.read(tmp_path / "auto.rrd").paths()
               if p.startswith("/proof/progress/")}
     assert len(proofs) == 3, proofs
+
+
+def test_unnamed_the_configurator_behaves_as_the_sdks_own(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """opentelemetry-instrument runs the first configurator entry point when none is
+    named, and install order decides which is first: ours must then do exactly what the
+    SDK's configurator does, and build our pipeline only when named."""
+    from opentelemetry.sdk import _configuration as sdk_configuration
+
+    from otel_proofscope.setup import autoconfig
+
+    calls: list[dict[str, object]] = []
+    monkeypatch.setattr(sdk_configuration._OTelSDKConfigurator, "_configure",
+                        lambda self, **kw: calls.append(kw))
+    monkeypatch.setattr(autoconfig.ProofscopeConfigurator, "telemetry", None)
+    for unnamed in (None, "configurator"):
+        if unnamed is None:
+            monkeypatch.delenv("OTEL_PYTHON_CONFIGURATOR", raising=False)
+        else:
+            monkeypatch.setenv("OTEL_PYTHON_CONFIGURATOR", unnamed)
+        autoconfig.ProofscopeConfigurator()._configure(auto_instrumentation_version="x")
+    assert calls == [{"auto_instrumentation_version": "x"}] * 2
+    assert autoconfig.ProofscopeConfigurator.telemetry is None
