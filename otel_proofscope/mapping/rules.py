@@ -19,10 +19,9 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, TypeVar
 
+from otel_proofscope.mapping import files
+from otel_proofscope.mapping.files import PRESETS_DIR, preset_names
 from otel_proofscope.semconv import EventName, SpanName
-
-#: Where the shipped presets live (package data).
-PRESETS_DIR = Path(__file__).resolve().parent / "presets"
 
 #: Top-level keys of a rule file; ``line`` belongs to mapping/lines.py.
 TOP_LEVEL_KEYS = frozenset({"meta", "span", "event", "line"})
@@ -154,28 +153,17 @@ class RuleSet:
 # ── resolution ───────────────────────────────────────────────────────────────────────
 
 
-def preset_names() -> list[str]:
-    return sorted(p.stem for p in PRESETS_DIR.glob("*.toml"))
-
-
 def resolve_rule_file(name_or_path: str) -> Path:
-    """A preset name (``sp1``) or a path to a rule file.
-
-    Same resolution as ``mapping/files.py``'s (owned with ``[[line]]`` rules); kept
-    here too until both branches meet, so neither depends on the other's order.
-    """
+    """A preset name (``sp1``) or a path to a rule file (``mapping/files.py`` resolves
+    both rule readers' names), as a :class:`RuleError` when there is neither."""
     text = name_or_path.strip()
     if not text:
         raise RuleError("empty rule file name")
-    if "/" not in text and "\\" not in text and not text.endswith(".toml"):
-        preset = PRESETS_DIR / f"{text}.toml"
-        if preset.is_file():
-            return preset
-    path = Path(text).expanduser()
-    if path.is_file():
-        return path
-    raise RuleError(f"no preset or rule file named {text!r} (presets: "
-                    f"{', '.join(preset_names()) or 'none'})")
+    try:
+        return files.resolve_rule_file(text)
+    except FileNotFoundError:
+        raise RuleError(f"no preset or rule file named {text!r} (presets: "
+                        f"{', '.join(preset_names()) or 'none'})") from None
 
 
 def load_rules(name_or_path: str | Path) -> RuleSet:

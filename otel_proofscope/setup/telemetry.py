@@ -182,7 +182,15 @@ class Telemetry:
 
     @staticmethod
     def _bounded(fn: Any, deadline: float) -> threading.Thread:
-        thread = threading.Thread(target=fn, daemon=True, name="proofscope-shutdown")
+        def run() -> None:
+            try:
+                fn()
+            except Exception as exc:
+                # e.g. a metric reader that ran out of time ("deadline already exceeded");
+                # what it did not deliver is counted by the exporters' abandon() below.
+                _log.debug("shutdown step raised %r", exc)
+
+        thread = threading.Thread(target=run, daemon=True, name="proofscope-shutdown")
         thread.start()
         thread.join(max(0.0, deadline - time.monotonic()))
         return thread
