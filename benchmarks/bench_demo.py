@@ -75,8 +75,12 @@ def process(layers: int, width: int, repeat: int, tmp: Path) -> dict[str, list[f
 def _row(label: str, off: list[float], full: list[float]) -> str:
     a, b = statistics.median(off), statistics.median(full)
     lo_a, lo_b = min(off), min(full)  # the least-disturbed runs on a shared machine
-    return (f"| {label:<22} | {a * 1e3:10.1f} | {b * 1e3:10.1f} | "
+    # Each full run against the off run of the same iteration (they ran back to back).
+    paired = [100 * (f - o) / o for o, f in zip(off, full, strict=True)]
+    return (f"| {label:<22} | {a * 1e3:7.1f} ({min(off) * 1e3:.0f}–{max(off) * 1e3:.0f}) | "
+            f"{b * 1e3:7.1f} ({min(full) * 1e3:.0f}–{max(full) * 1e3:.0f}) | "
             f"{(b - a) * 1e3:+9.1f} | {100 * (b - a) / a:+7.1f} % | "
+            f"{statistics.median(paired):+.1f} % ({min(paired):+.0f}–{max(paired):+.0f}) | "
             f"{100 * (lo_b - lo_a) / lo_a:+7.1f} % |")
 
 
@@ -94,10 +98,10 @@ def main(argv: list[str] | None = None) -> int:
         "Rerun .rrd file" if problem is None else f"NO Rerun ({problem})")
     print(f"full telemetry = {full_desc}; witness capture on; medians of {args.repeat}")
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPU(s)\n")
-    print("| demo (layers×width)    |   off (ms) |  full (ms) |  Δ (ms)   | overhead  "
-          "| min/min   |")
+    print("| demo (layers×width)    | off ms, median (range) | full ms, median (range) "
+          "|  Δ (ms)   | overhead  | paired overhead, median (range) | min/min   |")
     print("|------------------------|-----------:|-----------:|----------:|----------:"
-          "|----------:|")
+          "|----------:|----------:|")
     with tempfile.TemporaryDirectory(prefix="bench-demo-") as d:
         tmp = Path(d)
         for text in args.sizes.split(","):

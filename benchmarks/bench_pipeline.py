@@ -125,9 +125,9 @@ def workload(provider: TracerProvider, n: int, rounds: int = 4) -> float:
     return time.perf_counter() - start
 
 
-def encoder_costs(n: int = 512, reps: int = 7) -> list[tuple[str, float, float]]:
-    """Best-of-reps µs/span of both encoders on a batch of n workload spans, for
-    identical spans (the benchmark's) and for spans whose round values all differ."""
+def encoder_costs(n: int = 512, reps: int = 7) -> list[tuple[str, list[float], list[float]]]:
+    """Median (and range) of reps µs/span of both encoders on a batch of n workload spans,
+    for identical spans (the benchmark's) and for spans whose round values all differ."""
     from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -154,20 +154,20 @@ def encoder_costs(n: int = 512, reps: int = 7) -> list[tuple[str, float, float]]
                         "proof.claim": f"({i},{r},3,4)"})
         return memory.get_finished_spans()
 
-    def best(fn, spans: Sequence[ReadableSpan]) -> float:  # type: ignore[no-untyped-def]
+    def runs(fn, spans: Sequence[ReadableSpan]) -> list[float]:  # type: ignore[no-untyped-def]
         times = []
         for _ in range(reps):
             start = time.perf_counter()
             fn(spans)
             times.append(time.perf_counter() - start)
-        return min(times) / len(spans) * 1e6
+        return [t / len(spans) * 1e6 for t in times]
 
     rows = []
     for label, varied in (("identical spans", False), ("every value distinct", True)):
         spans = batch(varied)
         assert encode_export_request(spans) == encode_spans(spans).SerializeToString()
-        official = best(lambda s: encode_spans(s).SerializeToString(), spans)
-        ours = best(encode_export_request, spans)
+        official = runs(lambda s: encode_spans(s).SerializeToString(), spans)
+        ours = runs(encode_export_request, spans)
         rows.append((label, official, ours))
     return rows
 
@@ -196,6 +196,11 @@ def run(label: str, processor_factory, n: int, receiver: Receiver | None,  # typ
             "per_round_us": elapsed / (n * rounds) * 1e6, "delivered": delivered,
             "lost": total - delivered, "counted": counted, "shutdown_s": flush,
             "rerun_lost": rerun_lost}
+
+
+def _mr(xs: list[float]) -> str:
+    """Median (min–max): every figure shows its spread, never the best run alone."""
+    return f"{statistics.median(xs):.1f} ({min(xs):.1f}–{max(xs):.1f})"
 
 
 def main() -> int:
@@ -260,7 +265,7 @@ def main() -> int:
         print(f"\nburst of {spans} layer spans ({rounds} round events each) against a real "
               f"OTLP gRPC receiver in another process on loopback; medians of {args.rounds} "
               f"interleaved rounds\n")
-        print(f"| pipeline | prover-thread µs/{unit} | vs discard (median of per-round "
+        print(f"| pipeline | prover-thread µs/{unit} (range) | vs discard (median of per-round "
               "ratios, range) | OTLP: delivered spans | lost | lost & counted | "
               "Rerun: spans lost (all counted) | shutdown s |")
         print("|---|---|---|---|---|---|---|---|")
@@ -278,17 +283,19 @@ def main() -> int:
                      f"(range {min(int(r['rerun_lost']) for r in rows)}–"  # type: ignore[call-overload]
                      f"{max(int(r['rerun_lost']) for r in rows)})"  # type: ignore[call-overload]
                      if "Rerun" in label else "—")
-            print(f"| {label} | {med(f'per_{unit}_us'):.1f} | "
+            print(f"| {label} | {_mr([float(r[f'per_{unit}_us']) for r in rows])} | "  # type: ignore[arg-type]
                   f"{statistics.median(ratios):.2f}x ({min(ratios):.2f}–{max(ratios):.2f}) | "
                   f"{int(med('delivered'))} | {int(med('lost'))} | {counted} | {rerun} | "
                   f"{med('shutdown_s'):.2f} |")
     print("\nOTLP encoding alone, prover span (8 attributes incl. 2 int arrays, 4 events of "
-          "4 attributes incl. a 3-string array), batch of 512\n")
+          "4 attributes incl. a 3-string array), batch of 512; median (range) of 7 runs\n")
     print("| spans | official encode_spans + SerializeToString µs/span | "
           "encode_export_request µs/span | speed-up |")
     print("|---|---|---|---|")
     for label, official, ours in encoder_costs():
-        print(f"| {label} | {official:.1f} | {ours:.1f} | {official / ours:.1f}x |")
+        ups = [a / b for a, b in zip(official, ours, strict=True)]
+        print(f"| {label} | {_mr(official)} | {_mr(ours)} | "
+              f"{statistics.median(ups):.1f}x ({min(ups):.1f}–{max(ups):.1f}) |")
     return 0
 
 
