@@ -274,12 +274,8 @@ class ProofTracer:
         meter = metrics.get_meter(METER_NAME, __version__, meter_provider)
         self._proof_duration = Metric.PROOF_DURATION.histogram(meter)
         self._layer_duration = Metric.PROOF_LAYER_DURATION.histogram(meter)
-        self._round_count = meter.create_counter(
-            Metric.PROOF_SUMCHECK_ROUND_COUNT.name, Metric.PROOF_SUMCHECK_ROUND_COUNT.unit,
-            Metric.PROOF_SUMCHECK_ROUND_COUNT.description)
-        self._verify_count = meter.create_counter(
-            Metric.PROOF_VERIFY_COUNT.name, Metric.PROOF_VERIFY_COUNT.unit,
-            Metric.PROOF_VERIFY_COUNT.description)
+        self._round_count = Metric.PROOF_SUMCHECK_ROUND_COUNT.counter(meter)
+        self._verify_count = Metric.PROOF_VERIFY_COUNT.counter(meter)
         self._cost = phase_cost.Recorder(meter)
 
     # ── phases ───────────────────────────────────────────────────────────────────────

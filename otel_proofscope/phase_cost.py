@@ -48,7 +48,6 @@ from otel_proofscope.semconv import (
     GpuCapability,
     GpuScope,
     Metric,
-    MetricDef,
 )
 
 _get_ident = threading.get_ident
@@ -246,9 +245,9 @@ class Recorder:
     """Opens and closes frames for one tracer; owns the per-phase metrics."""
 
     def __init__(self, meter: metrics.Meter) -> None:
-        self._kernel = _counter(meter, Metric.GPU_PHASE_KERNEL_TIME)
-        self._energy = _counter(meter, Metric.GPU_PHASE_ENERGY)
-        self._transfer = _counter(meter, Metric.GPU_PHASE_TRANSFER_SIZE)
+        self._kernel = Metric.GPU_PHASE_KERNEL_TIME.counter(meter)
+        self._energy = Metric.GPU_PHASE_ENERGY.counter(meter)
+        self._transfer = Metric.GPU_PHASE_TRANSFER_SIZE.counter(meter)
 
     def open(self, labels: Mapping[str, AttributeValue]) -> Frame:
         frame = Frame(_current.get(), labels)
@@ -355,7 +354,3 @@ def attribute(span: Span, recorder: Recorder, phase: str,
         yield frame
     finally:
         recorder.close(frame, span)
-
-
-def _counter(meter: metrics.Meter, d: MetricDef) -> metrics.Counter:
-    return meter.create_counter(d.name, d.unit, d.description)

@@ -13,7 +13,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from opentelemetry.metrics import Histogram, Meter
+    from opentelemetry.metrics import Counter, Histogram, Meter
 
 TRACER_NAME = "otel_proofscope"
 METER_NAME = "otel_proofscope"
@@ -491,6 +491,10 @@ class MetricDef:
         return meter.create_histogram(
             self.name, unit=self.unit, description=self.description,
             explicit_bucket_boundaries_advisory=list(self.buckets) if self.buckets else None)
+
+    def counter(self, meter: Meter) -> Counter:
+        """This counter on ``meter``, with the contract's unit and description."""
+        return meter.create_counter(self.name, unit=self.unit, description=self.description)
 
 
 @dataclass(frozen=True)

@@ -387,9 +387,7 @@ class LineEngine:
         self._tracer = trace.get_tracer(TRACER_NAME, __version__, tracer_provider)
         meter = metrics.get_meter(METER_NAME, __version__, meter_provider)
         self._layer_duration = Metric.PROOF_LAYER_DURATION.histogram(meter)
-        self._verify_count = meter.create_counter(
-            Metric.PROOF_VERIFY_COUNT.name, Metric.PROOF_VERIFY_COUNT.unit,
-            Metric.PROOF_VERIFY_COUNT.description)
+        self._verify_count = Metric.PROOF_VERIFY_COUNT.counter(meter)
         self._system, self._backend = system, backend
         self._open: list[_Open] = []
         self._fresh: list[_Open] = []

@@ -93,12 +93,8 @@ class ProofMetricsFromSpans(SpanProcessor):
         meter = metrics.get_meter(METER_NAME, __version__, meter_provider)
         self._proof = Metric.PROOF_DURATION.histogram(meter)
         self._layer = Metric.PROOF_LAYER_DURATION.histogram(meter)
-        self._rounds = meter.create_counter(
-            Metric.PROOF_SUMCHECK_ROUND_COUNT.name, Metric.PROOF_SUMCHECK_ROUND_COUNT.unit,
-            Metric.PROOF_SUMCHECK_ROUND_COUNT.description)
-        self._verify = meter.create_counter(
-            Metric.PROOF_VERIFY_COUNT.name, Metric.PROOF_VERIFY_COUNT.unit,
-            Metric.PROOF_VERIFY_COUNT.description)
+        self._rounds = Metric.PROOF_SUMCHECK_ROUND_COUNT.counter(meter)
+        self._verify = Metric.PROOF_VERIFY_COUNT.counter(meter)
 
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
         pass

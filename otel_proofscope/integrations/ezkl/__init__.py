@@ -126,8 +126,7 @@ class EzklInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         self._meter_provider = kwargs.get("meter_provider")
         meter = metrics.get_meter(METER_NAME, __version__, self._meter_provider)
         self._proof_duration = Metric.PROOF_DURATION.histogram(meter)
-        v = Metric.PROOF_VERIFY_COUNT
-        self._verify_count = meter.create_counter(v.name, v.unit, v.description)
+        self._verify_count = Metric.PROOF_VERIFY_COUNT.counter(meter)
         self._backend = str(kwargs.get("backend") or "cpu")
         self._gpu_sampler = bool(kwargs.get("gpu_sampler", True))
         log_level = kwargs.get("log_level", logging.INFO)

@@ -147,8 +147,7 @@ class StreamBridge:
         meter = metrics.get_meter(METER_NAME, __version__, meter_provider)
         self._proof_duration = Metric.PROOF_DURATION.histogram(meter)
         self._layer_duration = Metric.PROOF_LAYER_DURATION.histogram(meter)
-        d = Metric.PROOF_SUMCHECK_ROUND_COUNT
-        self._round_count = meter.create_counter(d.name, d.unit, d.description)
+        self._round_count = Metric.PROOF_SUMCHECK_ROUND_COUNT.counter(meter)
         self.system = system
         self.timing = "live" if live else "replay"
         self.stats = StreamStats(source)
