@@ -21,18 +21,11 @@ from test_mapping_apply import _sp1_like_proof
 
 pytest.importorskip("rerun", reason="rerun-sdk (the [rerun] extra) is not installed")
 
+from serve_helpers import read_until
+
 from otel_proofscope.rerun.readback import read
 
 PROCESS_TIMEOUT_S = 60
-
-
-def _read_until(proc: subprocess.Popen[str], prefix: str, lines: list[str]) -> str:
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        lines.append(line)
-        if line.startswith(prefix):
-            return line.strip().rsplit(" ", 1)[-1]
-    raise AssertionError(f"no {prefix!r} line; got {lines}")
 
 
 def test_serve_map_sp1_over_grpc_draws_the_walk(tmp_path: Path) -> None:
@@ -47,7 +40,7 @@ def test_serve_map_sp1_over_grpc_draws_the_walk(tmp_path: Path) -> None:
     killer.start()
     lines: list[str] = []
     try:
-        endpoint = _read_until(proc, "OTLP/gRPC listening on", lines)
+        endpoint = read_until(proc, "OTLP/gRPC listening on", lines)
         provider = TracerProvider(resource=Resource({"service.name": "sp1-prover"}))
         provider.add_span_processor(SimpleSpanProcessor(
             GrpcSpanExporter(endpoint=endpoint, insecure=True, timeout=5)))

@@ -27,6 +27,7 @@ from opentelemetry.sdk.metrics.export import MetricExporter, PeriodicExportingMe
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
+from serve_helpers import read_until
 
 from otel_proofscope.instrumentation import ProofTracer
 from otel_proofscope.semconv import Attr, Metric
@@ -108,15 +109,6 @@ def test_grpc_and_http_exporters_feed_one_recording(tmp_path: Path) -> None:
     assert "/gpu/device_0/util" in entities
 
 
-def _read_until(proc: subprocess.Popen[str], prefix: str, lines: list[str]) -> str:
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        lines.append(line)
-        if line.startswith(prefix):
-            return line.strip().rsplit(" ", 1)[-1]
-    raise AssertionError(f"no {prefix!r} line; got {lines}")
-
-
 class _Refused(SpanExporter):
     """Records what the official exporter says when the token is wrong."""
 
@@ -143,8 +135,8 @@ def test_proofscope_serve_subprocess(tmp_path: Path) -> None:
     killer.start()
     lines: list[str] = []
     try:
-        grpc_endpoint = _read_until(proc, "OTLP/gRPC listening on", lines)
-        http_endpoint = _read_until(proc, "OTLP/HTTP listening on", lines)
+        grpc_endpoint = read_until(proc, "OTLP/gRPC listening on", lines)
+        http_endpoint = read_until(proc, "OTLP/HTTP listening on", lines)
         auth = f"Bearer {TOKEN}"
         trace_id = _prove(
             GrpcSpanExporter(endpoint=grpc_endpoint, insecure=True,

@@ -36,6 +36,8 @@ from opentelemetry.sdk.trace.export import (
 from opentelemetry.trace import SpanContext, Status, StatusCode, TraceFlags
 
 pytest.importorskip("rerun", reason="rerun-sdk (the [rerun] extra) is not installed")
+from serve_helpers import read_until
+
 from otel_proofscope.ledger import DROPS
 from otel_proofscope.rerun import readback
 from otel_proofscope.rerun.columns import Frame
@@ -78,15 +80,6 @@ def rust_prover_trace(exporter: SpanExporter, service: str, *, batch: bool) -> i
     return trace_id
 
 
-def _read_until(proc: subprocess.Popen[str], prefix: str, lines: list[str]) -> str:
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        lines.append(line)
-        if line.startswith(prefix):
-            return line.strip().rsplit(" ", 1)[-1]
-    raise AssertionError(f"no {prefix!r} line; got {lines}")
-
-
 def _labels(rec: readback.Recording, path: str) -> list[str]:
     return [lab for r in rec.rows(path) for lab in r.values["Boxes2D:labels"]]
 
@@ -125,8 +118,8 @@ def test_foreign_trace_over_grpc_and_http_through_serve(tmp_path: Path) -> None:
     killer.start()
     lines: list[str] = []
     try:
-        grpc_endpoint = _read_until(proc, "OTLP/gRPC listening on", lines)
-        http_endpoint = _read_until(proc, "OTLP/HTTP listening on", lines)
+        grpc_endpoint = read_until(proc, "OTLP/gRPC listening on", lines)
+        http_endpoint = read_until(proc, "OTLP/HTTP listening on", lines)
         # gRPC: the example prover, run as a user would (another process, batched).
         ran = subprocess.run(
             [sys.executable, str(EXAMPLE)], capture_output=True, text=True, check=True,

@@ -253,13 +253,8 @@ class _Handler(BaseHTTPRequestHandler):
             if total > DRAIN_FACTOR * cap:
                 self.close_connection = True
                 return
-            left = pending
-            while left > 0:
-                got = self.rfile.read(min(left, _CHUNK))
-                if not got:
-                    self.close_connection = True
-                    return
-                left -= len(got)
+            if not self._skip(pending):
+                return
             self.rfile.readline(16)
             line = self.rfile.readline(1024)
             try:
@@ -277,13 +272,18 @@ class _Handler(BaseHTTPRequestHandler):
         if length > DRAIN_FACTOR * cap:
             self.close_connection = True
             return
-        left = length
-        while left > 0:
-            got = self.rfile.read(min(left, _CHUNK))
+        self._skip(length)
+
+    def _skip(self, n: int) -> bool:
+        """Read and discard ``n`` body bytes; False (and the connection closed) when the
+        client stops sending first."""
+        while n > 0:
+            got = self.rfile.read(min(n, _CHUNK))
             if not got:
                 self.close_connection = True
-                return
-            left -= len(got)
+                return False
+            n -= len(got)
+        return True
 
     def _discard_unread_body(self) -> None:
         # A request refused before its body was read: drain it so keep-alive stays in sync.
