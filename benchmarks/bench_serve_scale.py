@@ -22,12 +22,13 @@ Per run, measured rather than estimated:
   (first request → every serve process idle: its CPU time stops moving, sampled every
   0.1 s; the time is the last sample at which one still moved);
 * serve CPU seconds per process, from "listening" to idle (start-up and shutdown not
-  counted), read from /proc; peak RSS per process (``wait4``'s ``ru_maxrss``, whole life);
+  counted), read from /proc; peak RSS per process (``VmHWM`` at idle, start-up included;
+  an idle serve's is printed for reference);
 * losses: spans sent − spans drawn, with serve's reasons; export calls that failed;
 * trace integrity: every ``.rrd`` is read back (``rerun.chunk.RrdReader``) and each
-  trace's flame rows (one per span) are counted: a trace must appear in exactly one
-  file with all of its spans, and serve must report no orphan (a span whose parent
-  went to another process).
+  trace's flame rows (one per span) are counted: no trace may appear in two files (the
+  run fails if one does); a trace with fewer rows than spans lost some to a counted
+  drop. serve's orphan count (spans whose parent it never received) is reported too.
 
 Variants are interleaved (1, 2, 1, 2, …); tables give median (min–max) of the runs.
 On a 2-CPU machine the 2 serve processes and this feeder (whose official encoder costs
@@ -110,15 +111,24 @@ class Serve:
             raise RuntimeError(f"serve exited before listening (rc {self.proc.wait()})")
         self.cpu_ready = _cpu(self.proc.pid)
 
+    def peak_rss(self) -> int:
+        """VmHWM: the peak RSS of serve's own address space. ``wait4``'s ``ru_maxrss``
+        would also count the parent's pages the child shared before its exec."""
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+        raise RuntimeError("no VmHWM in /proc/PID/status")
+
     def stop(self) -> tuple[int, str]:
-        """SIGTERM, then (peak RSS in bytes, serve's stdout after the listening line)."""
+        """SIGTERM, then (peak RSS in bytes up to now, serve's stdout after "listening")."""
+        peak = self.peak_rss()
         self.proc.send_signal(signal.SIGTERM)
-        _, status, usage = os.wait4(self.proc.pid, 0)
+        _, status, _ = os.wait4(self.proc.pid, 0)
         self.proc.returncode = os.waitstatus_to_exitcode(status)
         assert self.proc.stdout is not None
         out = self.proc.stdout.read()
         self.proc.stdout.close()
-        return usage.ru_maxrss * 1024, out
+        return peak, out
 
 
 @dataclass
@@ -224,6 +234,7 @@ class Run:
     failed_exports: int
     reports: list[Report]
     split_traces: int
+    incomplete_traces: int
     lost: int
 
     @property
@@ -262,24 +273,28 @@ def run_once(n: int, spans: Sequence[ReadableSpan], tmp: Path, keyed: bool = Tru
                               cpu - s.cpu_ready, rss, flame_rows(s.rrd)))
     drawn_total = sum(r.drawn for r in reports)
     return Run(n, len(spans), len(spans) / (answered - start), drawn_total / (idle_at - start),
-               feeder_cpu, failed, reports, split_count(spans, reports),
+               feeder_cpu, failed, reports, *split_count(spans, reports),
                len(spans) - drawn_total)
 
 
-def split_count(spans: Sequence[ReadableSpan], reports: Sequence[Report]) -> int:
-    """Traces not drawn whole in exactly one ``.rrd`` (each file read back)."""
+def split_count(spans: Sequence[ReadableSpan], reports: Sequence[Report]) -> tuple[int, int]:
+    """(traces drawn in more than one ``.rrd``, traces missing spans), each file read back.
+
+    A trace missing spans but in one file lost them to a counted drop, not to routing."""
     per_trace: dict[str, int] = {}
     for s in spans:
         assert s.context is not None
         key = f"{s.context.trace_id:032x}"
         per_trace[key] = per_trace.get(key, 0) + 1
-    bad = 0
+    split = incomplete = 0
     for key, count in per_trace.items():
-        holders = [r.rows_by_key.get(k, 0) for r in reports for k in r.rows_by_key
+        holders = [r.rows_by_key[k] for r in reports for k in r.rows_by_key
                    if key.startswith(k)]
-        if len(holders) != 1 or holders[0] != count:
-            bad += 1
-    return bad
+        if len(holders) > 1:
+            split += 1
+        elif sum(holders) != count:
+            incomplete += 1
+    return split, incomplete
 
 
 def _mmr(values: Sequence[float], fmt: str = "{:,.0f}") -> str:
@@ -306,6 +321,11 @@ def main() -> int:
     sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
     spans = contract_spans(args.spans, args.rounds)
     traces = len({s.context.trace_id for s in spans if s.context is not None})
+    with tempfile.TemporaryDirectory() as d:
+        idle = Serve(Path(d) / "idle.rrd")
+        idle.start({**os.environ, "XDG_RUNTIME_DIR": d, "PYTHONPATH": str(ROOT)})
+        time.sleep(1.0)
+        idle_rss, _ = idle.stop()
     runs: dict[int, list[Run]] = {1: [], 2: []}
     for r in range(args.repeats):
         for n in (1, 2):
@@ -315,7 +335,8 @@ def main() -> int:
             print(f"run {r} with {n} serve: accepted {run.accepted_rate:,.0f} spans/s, drawn "
                   f"{run.drawn_rate:,.0f} spans/s, per process "
                   + ", ".join(f"{x.drawn} drawn / {x.cpu_s:.2f} CPU s" for x in run.reports)
-                  + f", lost {run.lost}, split traces {run.split_traces}, orphans {run.orphans}",
+                  + f", lost {run.lost}, split traces {run.split_traces}, orphans {run.orphans}, "
+                    f"incomplete traces {run.incomplete_traces}",
                   file=sys.stderr, flush=True)
     cpus = len(os.sched_getaffinity(0))
     print(f"\n{len(spans):,} spans ({traces} traces of 64: proof + layers with "
@@ -327,8 +348,9 @@ def main() -> int:
           "loadbalancing exporter (routing_key: traceID); no collector runs here.\n")
     print("| serve processes | spans/s accepted | spans/s drawn | serve CPU s per process "
           "(listening → idle) | serve CPU µs per drawn span | peak RSS per process | "
-          "feeder CPU s | lost (serve's reasons) | traces split / orphan spans |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "feeder CPU s | lost (serve's reasons) | traces split / orphan spans | "
+          "traces incomplete (losses) |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for n, rs in runs.items():
         per_cpu = [x.cpu_s for r in rs for x in r.reports]
         per_span = [x.cpu_s / x.drawn * 1e6 for r in rs for x in r.reports if x.drawn]
@@ -340,17 +362,21 @@ def main() -> int:
               f"{_mmr(per_span)} | {_mmr(rss)} MB | "
               f"{_mmr([r.feeder_cpu for r in rs], '{:.2f}')} | "
               f"{_mmr(lost)}{' (' + '; '.join(reasons) + ')' if reasons else ''} | "
-              f"{sum(r.split_traces for r in rs)} / {sum(r.orphans for r in rs)} |")
+              f"{sum(r.split_traces for r in rs)} / {sum(r.orphans for r in rs)} | "
+              f"{sum(r.incomplete_traces for r in rs)} |")
+    print(f"\nPeak RSS of a serve process that received nothing (start-up): "
+          f"{idle_rss / 2**20:,.0f} MB.")
     ratio = [b.drawn_rate / a.drawn_rate for a, b in zip(runs[1], runs[2], strict=True)]
     ratio_acc = [b.accepted_rate / a.accepted_rate
                  for a, b in zip(runs[1], runs[2], strict=True)]
     share = [x.drawn / r.spans for r in runs[2] for x in r.reports]
-    print(f"\n2 processes ÷ 1, paired runs: drawn spans/s {_mmr(ratio, '{:.2f}')}×, "
+    print(f"2 processes ÷ 1, paired runs: drawn spans/s {_mmr(ratio, '{:.2f}')}×, "
           f"accepted spans/s {_mmr(ratio_acc, '{:.2f}')}×; each process drew "
           f"{min(share):.0%}–{max(share):.0%} of the spans.")
-    split = sum(r.split_traces + r.orphans for rs in runs.values() for r in rs)
-    print(f"Trace integrity (.rrd read back, serve's orphan count): "
-          f"{'every trace drawn whole in one process' if not split else f'{split} SPLIT'}.")
+    split = sum(r.split_traces for rs in runs.values() for r in rs)
+    print("Trace integrity (.rrd files read back): " + (
+        "no trace drawn in more than one process." if not split else
+        f"{split} traces SPLIT across processes."))
     if args.unkeyed:
         with tempfile.TemporaryDirectory() as d:
             bad = run_once(2, spans, Path(d), keyed=False)
