@@ -27,6 +27,8 @@ SUITE: list[tuple[str, list[str], list[str]]] = [
      ["bench_rerun.py"], ["bench_rerun.py", "--layers", "32", "--repeats", "2"]),
     ("Trace view: serve CPU per foreign span vs per contract span",
      ["bench_trace.py"], ["bench_trace.py", "--spans", "2048", "--repeats", "2"]),
+    ("Scale-out: 1 vs 2 serve processes fed by trace id",
+     ["bench_serve_scale.py"], ["bench_serve_scale.py", "--spans", "1280", "--repeats", "1"]),
     ("GPU sampler and dispatch accounting",
      ["bench_gpu.py"], ["bench_gpu.py", "--seconds", "1"]),
     ("Demo overhead: telemetry off vs full",

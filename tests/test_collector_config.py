@@ -23,6 +23,7 @@ SINGLE = "otel-collector.yaml"
 GATEWAY = "otel-collector-gateway.yaml"
 AGENT = "otel-collector-agent.yaml"
 DEBUG = "debug.yaml"
+LB = "loadbalancing.yaml"
 KINDS = ("receivers", "processors", "exporters", "connectors", "extensions")
 SIGNALS = ("traces", "metrics", "logs")
 
@@ -46,6 +47,7 @@ CONFIGS: dict[str, dict[str, Any]] = {
     SINGLE: load(SINGLE),
     GATEWAY: load(GATEWAY),
     AGENT: load(AGENT),
+    LB: load(LB),
     f"{SINGLE}+{DEBUG}": merge(load(SINGLE), load(DEBUG)),
     f"{GATEWAY}+{DEBUG}": merge(load(GATEWAY), load(DEBUG)),
 }
@@ -231,3 +233,76 @@ def test_single_and_gateway_process_alike() -> None:
     for kind in ("processors", "connectors", "exporters"):
         assert single[kind] == gateway[kind], kind
     assert single["service"]["pipelines"] == gateway["service"]["pipelines"]
+
+
+# ── the collector in front of N `proofscope serve` processes ───────────────────────────
+
+
+def test_serve_scale_out_routes_traces_by_trace_id() -> None:
+    cfg = CONFIGS[LB]
+    pipes = cfg["service"]["pipelines"]
+    routing = {}
+    backends = []
+    for pname, pipe in pipes.items():
+        (cid,) = pipe["exporters"]
+        assert comp_type(cid) == "loadbalancing", f"{pname} exports through {cid}"
+        lb = cfg["exporters"][cid]
+        routing[signal(pname)] = lb["routing_key"]
+        otlp = lb["protocol"]["otlp"]
+        assert "endpoint" not in otlp  # the exporter sets it per backend
+        assert otlp["tls"]["insecure"] is True  # serve speaks plain gRPC
+        # A dead backend: retried, queued, then dropped and counted by the collector.
+        assert otlp["retry_on_failure"]["enabled"] is True
+        assert otlp["sending_queue"]["enabled"] is True
+        (resolver,) = lb["resolver"]
+        assert resolver == "static"
+        backends.append(lb["resolver"]["static"]["hostnames"])
+    # A trace's spans meet in one serve process; metrics never routed by trace id.
+    assert routing == {"traces": "traceID", "metrics": "service"}
+    assert backends[0] == backends[1]
+    hosts = backends[0]
+    assert len(hosts) >= 2 and len(set(hosts)) == len(hosts)
+    own = {int(ep.rsplit(":", 1)[1]) for ep in endpoints(cfg).values()}
+    for h in hosts:
+        host, port = h.rsplit(":", 1)
+        assert host == "127.0.0.1"  # serve listens on loopback unless given a token
+        assert int(port) not in own, f"backend {h} is the collector's own port"
+    # On the host next to serve, not in a container: loopback only.
+    assert {ep.rsplit(":", 1)[0] for ep in endpoints(cfg).values()} == {"127.0.0.1"}
+
+
+def test_serve_scale_out_documented_commands_match_the_backends() -> None:
+    """docs/deployment.md starts one serve per backend on exactly the ports listed."""
+    text = (ROOT / "docs" / "deployment.md").read_text()
+    section = text.split("## Scaling out `serve`", 1)[1].split("\n## ", 1)[0]
+    ports = [int(p) for p in re.findall(r"proofscope serve --grpc-port (\d+)", section)]
+    hosts = CONFIGS[LB]["exporters"]["loadbalancing/traces"]["resolver"]["static"]["hostnames"]
+    assert ports == [int(h.rsplit(":", 1)[1]) for h in hosts]
+    assert f"collector-config/{LB}" in section
+
+
+def test_serve_scale_out_batches_fit_serve_s_request_cap() -> None:
+    """The batch processor's largest batch of prover-shaped spans stays under serve's
+    default --max-message-bytes, or serve would refuse every full batch."""
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from otel_proofscope.instrumentation import ProofTracer
+    from otel_proofscope.integrations.otlp_receiver.core import DEFAULT_MAX_MESSAGE_BYTES
+
+    memory = InMemorySpanExporter()
+    tp = TracerProvider()
+    tp.add_span_processor(SimpleSpanProcessor(memory))
+    pt = ProofTracer(tp)
+    poly = ((1, 2, 3, 4), (5, 6, 7, 8), (9, 10, 11, 12))
+    with pt.proof(system="gkr", backend="cpu", layers=8):
+        for i in reversed(range(8)):
+            with pt.layer(index=i, kind="MatMul", rounds=16, claim_initial=(i, 2, 3, 4)):
+                for r in range(16):
+                    pt.sumcheck_round(r, poly, (r * 7919 + i, 1, 2, 3))
+    layers = [s for s in memory.get_finished_spans() if s.name == "proof.layer"]
+    per_span = max(encode_spans([s]).ByteSize() for s in layers)
+    largest = CONFIGS[LB]["processors"]["batch"]["send_batch_max_size"]
+    assert largest * per_span < DEFAULT_MAX_MESSAGE_BYTES, (largest, per_span)
