@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import itertools
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -37,6 +38,8 @@ from opentelemetry.util.types import AttributeValue
 
 from otel_proofscope import fields, phase_cost
 from otel_proofscope.ledger import DROPS, REJECTIONS
+from otel_proofscope.otlp.deferred_events import DeferredEvents
+from otel_proofscope.otlp.sdk_fields import deferred_events
 from otel_proofscope.semconv import (
     METER_NAME,
     TRACER_NAME,
@@ -136,6 +139,8 @@ class _LayerState:
     round_events: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
     recording: bool = False
+    # Where rounds go as records (None: through span.add_event), see _round_event.
+    rounds: DeferredEvents | None = None
 
 
 def span_seconds(span: Span, start_perf_ns: int) -> float:
@@ -372,6 +377,8 @@ class ProofTracer:
                 recording = span.is_recording()
                 state = _LayerState(span, _current_proof.get(), index, kind, rounds, start,
                                     recording=recording)
+                if recording:
+                    state.rounds = deferred_events(span, _round_event)
                 token = _current_layer.set(state)
                 if recording:
                     with _active_lock:
@@ -670,6 +677,36 @@ def _round_index(round: object) -> int | None:
     return int(round)
 
 
+#: Element types whose canonical string can wait for the export thread: deeply
+#: immutable (the caller cannot change them after the call) and always valid.
+_INT_ONLY = frozenset((int,))
+_TUPLE_ONLY = frozenset((tuple,))
+_LIST_ONLY = frozenset((list,))
+_ints = _INT_ONLY.issuperset
+_from_each = itertools.chain.from_iterable
+
+
+def _deferrable_poly(coeffs: Any, owned: bool) -> bool:
+    """Whether every coefficient is an ``int`` or a non-empty tuple of ``int`` limbs (or,
+    when ``owned``, a list of them: ``tolist()`` output that nobody else holds).
+
+    Exactly the values ``fields.canonical`` takes on its fast path, so deferring the
+    call cannot change its result; anything else is canonicalised at once."""
+    kinds = set(map(type, coeffs))
+    if kinds <= _INT_ONLY:
+        return True
+    if kinds == _TUPLE_ONLY or (owned and kinds == _LIST_ONLY):
+        return all(coeffs) and _ints(map(type, _from_each(coeffs)))
+    return False
+
+
+def _deferrable(value: object) -> bool:
+    """The same for one claim or challenge (``None``: not recorded)."""
+    kind = type(value)
+    return (value is None or kind is int
+            or (kind is tuple and bool(value) and _ints(map(type, value))))  # type: ignore[arg-type]
+
+
 def _record_round_unguarded(layer: _LayerState, round: object, poly: Lazy, claim: Lazy,
                             degree: object, challenge: Lazy = None) -> None:
     span = layer.span
@@ -680,18 +717,36 @@ def _record_round_unguarded(layer: _LayerState, round: object, poly: Lazy, claim
             return
         layer.round_events += 1
     error: str | None = None
-    index = _round_index(round)
+    index = round if type(round) is int and round >= 0 else _round_index(round)
+    sink = layer.rounds
+    deferred = False
     try:
         coeffs = poly() if callable(poly) else poly
-        if hasattr(coeffs, "tolist") and not isinstance(coeffs, Integral):
+        kind = type(coeffs)
+        owned = False
+        if (kind is not tuple and kind is not list and hasattr(coeffs, "tolist")
+                and not isinstance(coeffs, Integral)):
             coeffs = coeffs.tolist()  # a numpy array of coefficients or limbs
-        poly_s = [fields.canonical(c) for c in coeffs]
-        if not poly_s:
+            kind, owned = type(coeffs), True
+        deferred = (sink is not None and (kind is tuple or kind is list) and bool(coeffs)
+                    and _deferrable_poly(coeffs, owned))
+        poly_v: Any = (coeffs if kind is tuple else tuple(coeffs)) if deferred \
+            else [fields.canonical(c) for c in coeffs]
+        if not poly_v:
             raise ValueError("poly: a round polynomial needs at least one coefficient")
         claim_v = claim() if callable(claim) else claim
-        claim_s = None if claim_v is None else fields.canonical(claim_v)
+        chal_v = None  # resolved below, after the claim, as before
+        if deferred and not _deferrable(claim_v):
+            deferred, poly_v = False, [fields.canonical(c) for c in poly_v]
+        if not deferred and claim_v is not None:
+            claim_v = fields.canonical(claim_v)
         chal_v = challenge() if callable(challenge) else challenge
-        chal_s = None if chal_v is None else fields.canonical(chal_v)
+        if deferred and not _deferrable(chal_v):
+            deferred = False
+            poly_v = [fields.canonical(c) for c in poly_v]
+            claim_v = None if claim_v is None else fields.canonical(claim_v)
+        if not deferred and chal_v is not None:
+            chal_v = fields.canonical(chal_v)
     except Exception as exc:  # bad values, and callables or field types that raise
         REJECTIONS.record("poly/claim/challenge", "not_a_field_element")
         span.add_event(EventName.SUMCHECK_ROUND, {
@@ -713,21 +768,39 @@ def _record_round_unguarded(layer: _LayerState, round: object, poly: Lazy, claim
         if layer.total_rounds and index >= layer.total_rounds:
             error = "round_out_of_range"
             REJECTIONS.record("round", error)
-    assert isinstance(round, int)
-    attrs: dict[str, AttributeValue] = {
-        Attr.SUMCHECK_ROUND: round,
-        Attr.SUMCHECK_DEGREE: degree if isinstance(degree, int) else len(poly_s) - 1,
-        Attr.SUMCHECK_POLY: poly_s,
-    }
-    if chal_s is not None:
-        attrs[Attr.SUMCHECK_CHALLENGE] = chal_s
-    if claim_s is not None:
-        attrs[Attr.CLAIM] = claim_s
     if error is None:
         layer.rounds_done += 1
+    record = (time.time_ns(), round, degree, poly_v, claim_v, chal_v, error, deferred)
+    if sink is None or not sink.add(record, span):
+        name, attrs = _round_event(record)
+        span.add_event(name, attrs)
+
+
+def _round_event(record: tuple[Any, ...]) -> tuple[str, dict[str, AttributeValue]]:
+    """The ``sumcheck.round`` event of one round record, built on whichever thread reads
+    it (:mod:`otel_proofscope.otlp.deferred_events`). Its values are what the SDK's
+    cleaning keeps as they are (the polynomial a tuple), in the order ``add_event``
+    always got them: the wire bytes must not depend on the path."""
+    _, round, degree, poly, claim, chal, error, deferred = record
+    if deferred:  # ints and int-limb tuples, validated on the prover thread
+        canonical = fields.canonical
+        poly = tuple(map(canonical, poly))
+        claim = None if claim is None else canonical(claim)
+        chal = None if chal is None else canonical(chal)
     else:
+        poly = tuple(poly)
+    attrs: dict[str, AttributeValue] = {
+        Attr.SUMCHECK_ROUND: round,
+        Attr.SUMCHECK_DEGREE: degree if degree is not None else len(poly) - 1,
+        Attr.SUMCHECK_POLY: poly,
+    }
+    if chal is not None:
+        attrs[Attr.SUMCHECK_CHALLENGE] = chal
+    if claim is not None:
+        attrs[Attr.CLAIM] = claim
+    if error is not None:
         attrs[Attr.ERROR_TYPE] = error
-    span.add_event(EventName.SUMCHECK_ROUND, attrs)
+    return EventName.SUMCHECK_ROUND, attrs
 
 
 def _reject(span: Span, event: str, field_name: str, exc: Exception) -> None:
