@@ -773,7 +773,7 @@ def _record_round_unguarded(layer: _LayerState, round: object, poly: Lazy, claim
     record = (time.time_ns(), round, degree, poly_v, claim_v, chal_v, error, deferred)
     if sink is None or not sink.add(record, span):
         name, attrs = _round_event(record)
-        span.add_event(name, attrs)
+        span.add_event(name, attrs, timestamp=record[0])
 
 
 def _round_event(record: tuple[Any, ...]) -> tuple[str, dict[str, AttributeValue]]:
