@@ -700,11 +700,11 @@ def _deferrable_poly(coeffs: Any, owned: bool) -> bool:
     return False
 
 
-def _deferrable(value: object) -> bool:
+def _deferrable(value: Any) -> bool:
     """The same for one claim or challenge (``None``: not recorded)."""
     kind = type(value)
     return (value is None or kind is int
-            or (kind is tuple and bool(value) and _ints(map(type, value))))  # type: ignore[arg-type]
+            or (kind is tuple and bool(value) and _ints(map(type, value))))
 
 
 def _record_round_unguarded(layer: _LayerState, round: object, poly: Lazy, claim: Lazy,
@@ -782,25 +782,32 @@ def _round_event(record: tuple[Any, ...]) -> tuple[str, dict[str, AttributeValue
     cleaning keeps as they are (the polynomial a tuple), in the order ``add_event``
     always got them: the wire bytes must not depend on the path."""
     _, round, degree, poly, claim, chal, error, deferred = record
-    if deferred:  # ints and int-limb tuples, validated on the prover thread
-        canonical = fields.canonical
-        poly = tuple(map(canonical, poly))
-        claim = None if claim is None else canonical(claim)
-        chal = None if chal is None else canonical(chal)
+    if deferred:  # ints and int-limb tuples, checked on the prover thread
+        poly = tuple(map(_canonical_checked, poly))
+        if claim is not None:
+            claim = _canonical_checked(claim)
+        if chal is not None:
+            chal = _canonical_checked(chal)
     else:
         poly = tuple(poly)
     attrs: dict[str, AttributeValue] = {
-        Attr.SUMCHECK_ROUND: round,
-        Attr.SUMCHECK_DEGREE: degree if degree is not None else len(poly) - 1,
-        Attr.SUMCHECK_POLY: poly,
+        _K_ROUND: round,
+        _K_DEGREE: degree if degree is not None else len(poly) - 1,
+        _K_POLY: poly,
     }
     if chal is not None:
-        attrs[Attr.SUMCHECK_CHALLENGE] = chal
+        attrs[_K_CHALLENGE] = chal
     if claim is not None:
-        attrs[Attr.CLAIM] = claim
+        attrs[_K_CLAIM] = claim
     if error is not None:
-        attrs[Attr.ERROR_TYPE] = error
-    return EventName.SUMCHECK_ROUND, attrs
+        attrs[_K_ERROR] = error
+    return _ROUND_EVENT, attrs
+
+
+_canonical_checked = fields.canonical_checked
+_K_ROUND, _K_DEGREE, _K_POLY = Attr.SUMCHECK_ROUND, Attr.SUMCHECK_DEGREE, Attr.SUMCHECK_POLY
+_K_CHALLENGE, _K_CLAIM, _K_ERROR = Attr.SUMCHECK_CHALLENGE, Attr.CLAIM, Attr.ERROR_TYPE
+_ROUND_EVENT = EventName.SUMCHECK_ROUND
 
 
 def _reject(span: Span, event: str, field_name: str, exc: Exception) -> None:

@@ -20,6 +20,7 @@ installed SDK first; like that module, this one reads the SDK's private fields.
 from __future__ import annotations
 
 import copy
+import threading
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
@@ -40,6 +41,10 @@ class DeferredEvents(BoundedList):  # type: ignore[type-arg]
 
     def __init__(self, maxlen: int | None, limits: SpanLimits, build: Build) -> None:
         super().__init__(maxlen)
+        # The base's own fields, declared again for the type checker (the SDK's are
+        # untyped); fresh objects, as nothing has used the base's yet.
+        self._dq: deque[Any] = deque(maxlen=maxlen)
+        self._lock = threading.Lock()
         self._maxlen = maxlen
         self._build = build
         self._max_attrs: int | None = limits.max_event_attributes
