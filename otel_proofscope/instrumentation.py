@@ -686,18 +686,21 @@ _ints = _INT_ONLY.issuperset
 _from_each = itertools.chain.from_iterable
 
 
-def _deferrable_poly(coeffs: Any, owned: bool) -> bool:
-    """Whether every coefficient is an ``int`` or a non-empty tuple of ``int`` limbs (or,
-    when ``owned``, a list of them: ``tolist()`` output that nobody else holds).
+def _frozen_poly(coeffs: Any, owned: bool) -> tuple[Any, ...] | None:
+    """The coefficients as a tuple when every one is an ``int`` or a non-empty tuple of
+    ``int`` limbs (or, when ``owned``, a list of them: ``tolist()`` output, frozen here
+    because an object array hands back the caller's own lists), else ``None``.
 
     Exactly the values ``fields.canonical`` takes on its fast path, so deferring the
     call cannot change its result; anything else is canonicalised at once."""
     kinds = set(map(type, coeffs))
     if kinds <= _INT_ONLY:
-        return True
-    if kinds == _TUPLE_ONLY or (owned and kinds == _LIST_ONLY):
-        return all(coeffs) and _ints(map(type, _from_each(coeffs)))
-    return False
+        return tuple(coeffs)
+    if owned and kinds == _LIST_ONLY:
+        coeffs, kinds = tuple(map(tuple, coeffs)), _TUPLE_ONLY
+    if kinds == _TUPLE_ONLY and all(coeffs) and _ints(map(type, _from_each(coeffs))):
+        return tuple(coeffs)
+    return None
 
 
 def _deferrable(value: Any) -> bool:
@@ -728,14 +731,15 @@ def _record_round_unguarded(layer: _LayerState, round: object, poly: Lazy, claim
                 and not isinstance(coeffs, Integral)):
             coeffs = coeffs.tolist()  # a numpy array of coefficients or limbs
             kind, owned = type(coeffs), True
-        deferred = (sink is not None and (kind is tuple or kind is list) and bool(coeffs)
-                    and _deferrable_poly(coeffs, owned))
-        poly_v: Any = (coeffs if kind is tuple else tuple(coeffs)) if deferred \
-            else [fields.canonical(c) for c in coeffs]
+        poly_v: Any = None
+        if sink is not None and (kind is tuple or kind is list) and coeffs:
+            poly_v = _frozen_poly(coeffs, owned)
+        deferred = poly_v is not None
+        if not deferred:
+            poly_v = [fields.canonical(c) for c in coeffs]
         if not poly_v:
             raise ValueError("poly: a round polynomial needs at least one coefficient")
-        claim_v = claim() if callable(claim) else claim
-        chal_v = None  # resolved below, after the claim, as before
+        claim_v = claim() if callable(claim) else claim  # after poly, before challenge
         if deferred and not _deferrable(claim_v):
             deferred, poly_v = False, [fields.canonical(c) for c in poly_v]
         if not deferred and claim_v is not None:

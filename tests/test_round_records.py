@@ -170,14 +170,20 @@ def test_a_callers_mutation_after_the_call_changes_nothing() -> None:
     tracer = ProofTracer(provider)
     array = np.array([[1, 2], [3, 4]], dtype=np.uint64)
     limbs = [(1, 2), (3, 4)]
-    with tracer.layer(index=0, kind="MatMul", rounds=3):
+    # An object array's tolist() hands back the caller's own inner lists.
+    inner = [[1, 2], [3, 4]]
+    objects = np.empty(2, dtype=object)
+    objects[0], objects[1] = inner
+    with tracer.layer(index=0, kind="MatMul", rounds=4):
         tracer.sumcheck_round(0, poly, claim)
         tracer.sumcheck_round(1, array, (9, 9))
         tracer.sumcheck_round(2, limbs, 3)
+        tracer.sumcheck_round(3, objects, 3)
         poly[0][0], claim[0], array[0, 0], limbs[0] = 100, 100, 100, (100, 100)
+        inner[0][0] = 100
     [layer] = memory.get_finished_spans()
     polys = [ev.attributes[Attr.SUMCHECK_POLY] for ev in layer.events]  # type: ignore[index]
-    assert polys == [("(1,2)", "(3,4)")] * 3
+    assert polys == [("(1,2)", "(3,4)")] * 4
     assert layer.events[0].attributes[Attr.CLAIM] == "(5,6)"  # type: ignore[index]
     assert spans[0].events[0].attributes[Attr.SUMCHECK_POLY] == ("1", "2")  # type: ignore[index]
 
