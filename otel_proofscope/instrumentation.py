@@ -693,7 +693,7 @@ def _frozen_poly(coeffs: Any, owned: bool) -> tuple[Any, ...] | None:
 
     Exactly the values ``fields.canonical`` takes on its fast path, so deferring the
     call cannot change its result; anything else is canonicalised at once."""
-    kinds = set(map(type, coeffs))
+    kinds: Any = set(map(type, coeffs))
     if kinds <= _INT_ONLY:
         return tuple(coeffs)
     if owned and kinds == _LIST_ONLY:
