@@ -650,18 +650,6 @@ def circuit_attributes(nodes: Sequence[CircuitNode]) -> dict[str, AttributeValue
     }
 
 
-def _record_round(layer: _LayerState, round: int, poly: Lazy, claim: Lazy,
-                  degree: int | None, challenge: Lazy = None) -> None:
-    try:
-        _record_round_unguarded(layer, round, poly, claim, degree, challenge)
-    except Exception as exc:  # the hot path never raises into the prover
-        REJECTIONS.record("sumcheck_round", "raised")
-        with contextlib.suppress(Exception):
-            layer.span.add_event(EventName.SUMCHECK_ROUND, {
-                Attr.SUMCHECK_ROUND: -1, Attr.ERROR_TYPE: "invalid",
-                "exception.message": _message(exc)})
-
-
 def _message(exc: BaseException) -> str:
     try:
         return f"{type(exc).__name__}: {exc}"[:200]
@@ -684,100 +672,118 @@ _TUPLE_ONLY = frozenset((tuple,))
 _LIST_ONLY = frozenset((list,))
 _ints = _INT_ONLY.issuperset
 _from_each = itertools.chain.from_iterable
+#: Larger ints are canonicalised at the call: ``str()`` of an int with more digits than
+#: ``sys.get_int_max_str_digits()`` (never below 640 unless 0, unlimited) raises, and that
+#: rejection must happen on the prover thread, as it always did.
+_BOUND = 10**600
 
 
 def _frozen_poly(coeffs: Any, owned: bool) -> tuple[Any, ...] | None:
     """The coefficients as a tuple when every one is an ``int`` or a non-empty tuple of
     ``int`` limbs (or, when ``owned``, a list of them: ``tolist()`` output, frozen here
-    because an object array hands back the caller's own lists), else ``None``.
+    because an object array hands back the caller's own lists), all below
+    :data:`_BOUND`; else ``None``.
 
-    Exactly the values ``fields.canonical`` takes on its fast path, so deferring the
-    call cannot change its result; anything else is canonicalised at once."""
+    Exactly the values ``fields.canonical`` takes on its fast path, and formats without
+    error, so deferring the call cannot change its result; anything else is
+    canonicalised at once."""
     kinds: Any = set(map(type, coeffs))
     if kinds <= _INT_ONLY:
-        return tuple(coeffs)
-    if owned and kinds == _LIST_ONLY:
-        coeffs, kinds = tuple(map(tuple, coeffs)), _TUPLE_ONLY
-    if kinds == _TUPLE_ONLY and all(coeffs) and _ints(map(type, _from_each(coeffs))):
-        return tuple(coeffs)
-    return None
+        flat = coeffs
+    else:
+        if owned and kinds == _LIST_ONLY:
+            coeffs, kinds = tuple(map(tuple, coeffs)), _TUPLE_ONLY
+        if kinds != _TUPLE_ONLY or not all(coeffs):
+            return None
+        flat = tuple(_from_each(coeffs))
+        if not _ints(map(type, flat)):
+            return None
+    # The sum of the magnitudes bounds each one, and costs about half of min() and max().
+    return tuple(coeffs) if sum(map(abs, flat)) < _BOUND else None
 
 
 def _deferrable(value: Any) -> bool:
-    """The same for one claim or challenge (``None``: not recorded)."""
-    kind = type(value)
-    return (value is None or kind is int
-            or (kind is tuple and bool(value) and _ints(map(type, value))))
+    """The same check for one claim or challenge."""
+    if type(value) is int:
+        return -_BOUND < value < _BOUND
+    return (type(value) is tuple and bool(value) and _ints(map(type, value))
+            and sum(map(abs, value)) < _BOUND)
 
 
-def _record_round_unguarded(layer: _LayerState, round: object, poly: Lazy, claim: Lazy,
-                            degree: object, challenge: Lazy = None) -> None:
-    span = layer.span
-    cap = _round_event_cap
-    if cap is not None:
-        if layer.round_events >= cap:
-            DROPS.record("span_events", "sdk", DropReason.SPAN_LIMIT)
-            return
-        layer.round_events += 1
-    error: str | None = None
-    index = round if type(round) is int and round >= 0 else _round_index(round)
-    sink = layer.rounds
-    deferred = False
+def _record_round(layer: _LayerState, round: object, poly: Lazy, claim: Lazy,
+                  degree: object, challenge: Lazy = None) -> None:
     try:
-        coeffs = poly() if callable(poly) else poly
-        kind = type(coeffs)
-        owned = False
-        if (kind is not tuple and kind is not list and hasattr(coeffs, "tolist")
-                and not isinstance(coeffs, Integral)):
-            coeffs = coeffs.tolist()  # a numpy array of coefficients or limbs
-            kind, owned = type(coeffs), True
-        poly_v: Any = None
-        if sink is not None and (kind is tuple or kind is list) and coeffs:
-            poly_v = _frozen_poly(coeffs, owned)
-        deferred = poly_v is not None
-        if not deferred:
-            poly_v = [fields.canonical(c) for c in coeffs]
-        if not poly_v:
-            raise ValueError("poly: a round polynomial needs at least one coefficient")
-        claim_v = claim() if callable(claim) else claim  # after poly, before challenge
-        if deferred and not _deferrable(claim_v):
-            deferred, poly_v = False, [fields.canonical(c) for c in poly_v]
-        if not deferred and claim_v is not None:
-            claim_v = fields.canonical(claim_v)
-        chal_v = challenge() if callable(challenge) else challenge
-        if deferred and not _deferrable(chal_v):
-            deferred = False
-            poly_v = [fields.canonical(c) for c in poly_v]
-            claim_v = None if claim_v is None else fields.canonical(claim_v)
-        if not deferred and chal_v is not None:
-            chal_v = fields.canonical(chal_v)
-    except Exception as exc:  # bad values, and callables or field types that raise
-        REJECTIONS.record("poly/claim/challenge", "not_a_field_element")
-        span.add_event(EventName.SUMCHECK_ROUND, {
-            Attr.SUMCHECK_ROUND: index if index is not None else -1,
-            Attr.ERROR_TYPE: "invalid_field_element", "exception.message": _message(exc)})
-        return
-    if degree is not None:
+        span = layer.span
+        cap = _round_event_cap
+        if cap is not None:
+            if layer.round_events >= cap:
+                DROPS.record("span_events", "sdk", DropReason.SPAN_LIMIT)
+                return
+            layer.round_events += 1
+        error: str | None = None
+        index = round if type(round) is int and round >= 0 else _round_index(round)
+        sink = layer.rounds
         try:
-            degree = fields.non_negative_int(degree, "degree")
-        except Exception:
-            REJECTIONS.record("degree", "invalid")  # recorded as len(poly) - 1 instead
-            degree = None
-    if index is None:
-        error = "invalid_round"
-        REJECTIONS.record("round", error)
-        round = -1
-    else:
-        round = index
-        if layer.total_rounds and index >= layer.total_rounds:
-            error = "round_out_of_range"
+            coeffs = poly() if callable(poly) else poly
+            kind = type(coeffs)
+            owned = False
+            if (kind is not tuple and kind is not list and hasattr(coeffs, "tolist")
+                    and not isinstance(coeffs, Integral)):
+                coeffs = coeffs.tolist()  # a numpy array of coefficients or limbs
+                kind, owned = type(coeffs), True
+            poly_v: Any = None
+            if sink is not None and (kind is tuple or kind is list) and coeffs:
+                poly_v = _frozen_poly(coeffs, owned)
+            deferred = poly_v is not None
+            if not deferred:
+                poly_v = [fields.canonical(c) for c in coeffs]
+            if not poly_v:
+                raise ValueError("poly: a round polynomial needs at least one coefficient")
+            claim_v = claim() if callable(claim) else claim  # after poly, before challenge
+            if deferred and claim_v is not None and not _deferrable(claim_v):
+                deferred, poly_v = False, [fields.canonical(c) for c in poly_v]
+            if not deferred and claim_v is not None:
+                claim_v = fields.canonical(claim_v)
+            chal_v = challenge() if callable(challenge) else challenge
+            if deferred and chal_v is not None and not _deferrable(chal_v):
+                deferred = False
+                poly_v = [fields.canonical(c) for c in poly_v]
+                claim_v = None if claim_v is None else fields.canonical(claim_v)
+            if not deferred and chal_v is not None:
+                chal_v = fields.canonical(chal_v)
+        except Exception as exc:  # bad values, and callables or field types that raise
+            REJECTIONS.record("poly/claim/challenge", "not_a_field_element")
+            span.add_event(EventName.SUMCHECK_ROUND, {
+                Attr.SUMCHECK_ROUND: index if index is not None else -1,
+                Attr.ERROR_TYPE: "invalid_field_element", "exception.message": _message(exc)})
+            return
+        if degree is not None:
+            try:
+                degree = fields.non_negative_int(degree, "degree")
+            except Exception:
+                REJECTIONS.record("degree", "invalid")  # recorded as len(poly) - 1 instead
+                degree = None
+        if index is None:
+            error = "invalid_round"
             REJECTIONS.record("round", error)
-    if error is None:
-        layer.rounds_done += 1
-    record = (time.time_ns(), round, degree, poly_v, claim_v, chal_v, error, deferred)
-    if sink is None or not sink.add(record, span):
-        name, attrs = _round_event(record)
-        span.add_event(name, attrs, timestamp=record[0])
+            round = -1
+        else:
+            round = index
+            if layer.total_rounds and index >= layer.total_rounds:
+                error = "round_out_of_range"
+                REJECTIONS.record("round", error)
+        if error is None:
+            layer.rounds_done += 1
+        record = (time.time_ns(), round, degree, poly_v, claim_v, chal_v, error, deferred)
+        if sink is None or not sink.add(record, span):
+            name, attrs = _round_event(record)
+            span.add_event(name, attrs, timestamp=record[0])
+    except Exception as exc:  # the hot path never raises into the prover
+        REJECTIONS.record("sumcheck_round", "raised")
+        with contextlib.suppress(Exception):
+            layer.span.add_event(EventName.SUMCHECK_ROUND, {
+                Attr.SUMCHECK_ROUND: -1, Attr.ERROR_TYPE: "invalid",
+                "exception.message": _message(exc)})
 
 
 def _round_event(record: tuple[Any, ...]) -> tuple[str, dict[str, AttributeValue]]:

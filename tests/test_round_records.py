@@ -36,9 +36,11 @@ from otel_proofscope.semconv import Attr, EventName, SpanName
 _FELT = st.integers(min_value=0, max_value=2**70)
 _LIMBS = st.tuples(_FELT, _FELT, _FELT, _FELT)
 _U64 = st.integers(min_value=0, max_value=2**64 - 1)
+# Past sys.get_int_max_str_digits() (4300), str() raises: rejected as before, at the call.
+_HUGE = st.sampled_from([10**5000, -(10**5000), (1, 10**5000), 10**650, (10**650, 1)])
 _BAD = st.sampled_from(["x", True, 1.5, None, (), (1, "a"), [1, [2]], -1.0, b"b"])
 _ELEMENT = st.one_of(_FELT, _LIMBS, st.lists(_FELT, min_size=1, max_size=4),
-                     st.integers(min_value=-5, max_value=-1), _BAD)
+                     st.integers(min_value=-5, max_value=-1), _BAD, _HUGE)
 
 
 def _polys() -> st.SearchStrategy[Any]:
@@ -46,6 +48,7 @@ def _polys() -> st.SearchStrategy[Any]:
     limbs = st.lists(_LIMBS, min_size=1, max_size=5)
     return st.one_of(
         ints, ints.map(tuple), limbs, limbs.map(tuple),
+        st.lists(_HUGE, min_size=1, max_size=2),
         limbs.map(lambda p: [list(c) for c in p]),               # limb lists (mutable)
         st.lists(_U64, min_size=1, max_size=5).map(               # numpy coefficients
             lambda p: np.array(p, dtype=np.uint64)),
@@ -159,6 +162,17 @@ def test_records_read_back_exactly_as_add_event(ops: list[tuple[str, tuple[Any, 
     assert _wire([layer_new]) == _wire([layer_old])
     assert encode_spans_request([layer_new]) == encode_spans_request([layer_old])
     assert encode_spans_request([layer_new]) == _wire([layer_new])
+
+
+def test_an_int_too_long_to_print_is_rejected_at_the_call() -> None:
+    spans, _, rejections, installed = _run(
+        [("round", (0, [1, 10**5000], 3, None, None)), ("round", (1, [1], (2, -(10**5000)),
+                                                                  None, None))],
+        SpanLimits(), None, True)
+    assert installed
+    assert rejections == {("poly/claim/challenge", "not_a_field_element"): 2}
+    errors = [ev.attributes[Attr.ERROR_TYPE] for ev in spans[0].events]  # type: ignore[index]
+    assert errors == ["invalid_field_element"] * 2
 
 
 def test_a_callers_mutation_after_the_call_changes_nothing() -> None:
