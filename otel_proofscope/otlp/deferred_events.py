@@ -50,7 +50,6 @@ class DeferredEvents(BoundedList):  # type: ignore[type-arg]
         self._max_attrs: int | None = limits.max_event_attributes
         self._max_len: int | None = limits.max_attribute_length
         self._pending = 0   # records not yet turned into events
-        self._appends = 0   # every append, so a swap can tell nothing came in between
 
     # ── writers ──────────────────────────────────────────────────────────────────────
 
@@ -67,7 +66,6 @@ class DeferredEvents(BoundedList):  # type: ignore[type-arg]
                 self.dropped += 1
             dq.append(record)
             self._pending += 1
-            self._appends += 1
         return True
 
     def append(self, item: Any) -> None:
@@ -75,7 +73,6 @@ class DeferredEvents(BoundedList):  # type: ignore[type-arg]
             if len(self._dq) == self._maxlen:
                 self.dropped += 1
             self._dq.append(item)
-            self._appends += 1
 
     def extend(self, seq: Any) -> None:
         seq = tuple(seq)
@@ -83,7 +80,6 @@ class DeferredEvents(BoundedList):  # type: ignore[type-arg]
             if self._maxlen is not None:
                 self.dropped += max(0, len(seq) + len(self._dq) - self._maxlen)
             self._dq.extend(seq)
-            self._appends += 1
             self._pending += sum(1 for x in seq if type(x) is tuple)
 
     # ── readers ──────────────────────────────────────────────────────────────────────
@@ -94,14 +90,15 @@ class DeferredEvents(BoundedList):  # type: ignore[type-arg]
             items = list(self._dq)
             if not self._pending:
                 return items
-            seen = self._appends
+            # Every append grows the list or, once it is full, the drop count.
+            seen = (len(self._dq), self.dropped)
         # Built outside the lock, so that the prover's appends never wait for it (and a
         # fork cannot catch the lock held for long); two readers racing build the same
         # events twice, harmlessly.
         make = self._event
         built = [make(x) if type(x) is tuple else x for x in items]
         with self._lock:
-            if self._appends == seen:  # nothing arrived meanwhile: keep the events
+            if (len(self._dq), self.dropped) == seen:  # nothing came in: keep the events
                 self._dq = deque(built, maxlen=self._maxlen)
                 self._pending = 0
         return built
@@ -123,6 +120,9 @@ class DeferredEvents(BoundedList):  # type: ignore[type-arg]
         return iter(self.events())
 
     def __getitem__(self, index: Any) -> Any:
+        with self._lock:
+            if not self._pending:  # all events already: no copy per index
+                return self._dq[index]
         return self.events()[index]
 
     def __len__(self) -> int:
