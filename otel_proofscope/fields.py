@@ -40,6 +40,15 @@ def canonical(element: object) -> str:
     return _canonical_slow(element)
 
 
+def canonical_checked(element: int | tuple[int, ...] | list[int]) -> str:
+    """:func:`canonical` of an element already checked to be an ``int`` or a non-empty
+    tuple or list of ``int`` (exact types): the same string, without the checks. For
+    values checked on the prover thread and formatted later, on an export thread."""
+    if type(element) is int:
+        return str(element)
+    return "(" + ",".join(map(str, element)) + ")"  # type: ignore[arg-type]
+
+
 def _canonical_slow(element: object) -> str:
     if isinstance(element, bool):
         raise ValueError(f"field element must be an integer or limb tuple, got bool {element!r}")

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import itertools
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -37,6 +38,8 @@ from opentelemetry.util.types import AttributeValue
 
 from otel_proofscope import fields, phase_cost
 from otel_proofscope.ledger import DROPS, REJECTIONS
+from otel_proofscope.otlp.deferred_events import DeferredEvents
+from otel_proofscope.otlp.sdk_fields import deferred_events
 from otel_proofscope.semconv import (
     METER_NAME,
     TRACER_NAME,
@@ -136,6 +139,8 @@ class _LayerState:
     round_events: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
     recording: bool = False
+    # Where rounds go as records (None: through span.add_event), see _round_event.
+    rounds: DeferredEvents | None = None
 
 
 def span_seconds(span: Span, start_perf_ns: int) -> float:
@@ -372,6 +377,8 @@ class ProofTracer:
                 recording = span.is_recording()
                 state = _LayerState(span, _current_proof.get(), index, kind, rounds, start,
                                     recording=recording)
+                if recording:
+                    state.rounds = deferred_events(span, _round_event)
                 token = _current_layer.set(state)
                 if recording:
                     with _active_lock:
@@ -643,18 +650,6 @@ def circuit_attributes(nodes: Sequence[CircuitNode]) -> dict[str, AttributeValue
     }
 
 
-def _record_round(layer: _LayerState, round: int, poly: Lazy, claim: Lazy,
-                  degree: int | None, challenge: Lazy = None) -> None:
-    try:
-        _record_round_unguarded(layer, round, poly, claim, degree, challenge)
-    except Exception as exc:  # the hot path never raises into the prover
-        REJECTIONS.record("sumcheck_round", "raised")
-        with contextlib.suppress(Exception):
-            layer.span.add_event(EventName.SUMCHECK_ROUND, {
-                Attr.SUMCHECK_ROUND: -1, Attr.ERROR_TYPE: "invalid",
-                "exception.message": _message(exc)})
-
-
 def _message(exc: BaseException) -> str:
     try:
         return f"{type(exc).__name__}: {exc}"[:200]
@@ -670,64 +665,158 @@ def _round_index(round: object) -> int | None:
     return int(round)
 
 
-def _record_round_unguarded(layer: _LayerState, round: object, poly: Lazy, claim: Lazy,
-                            degree: object, challenge: Lazy = None) -> None:
-    span = layer.span
-    cap = _round_event_cap
-    if cap is not None:
-        if layer.round_events >= cap:
-            DROPS.record("span_events", "sdk", DropReason.SPAN_LIMIT)
-            return
-        layer.round_events += 1
-    error: str | None = None
-    index = _round_index(round)
+#: Element types whose canonical string can wait for the export thread: deeply
+#: immutable (the caller cannot change them after the call) and always valid.
+_INT_ONLY = frozenset((int,))
+_TUPLE_ONLY = frozenset((tuple,))
+_LIST_ONLY = frozenset((list,))
+_ints = _INT_ONLY.issuperset
+_from_each = itertools.chain.from_iterable
+#: Larger ints are canonicalised at the call: ``str()`` of an int with more digits than
+#: ``sys.get_int_max_str_digits()`` (never below 640 unless 0, unlimited) raises, and that
+#: rejection must happen on the prover thread, as it always did.
+_BOUND = 10**600
+
+
+def _frozen_poly(coeffs: Any, owned: bool) -> tuple[Any, ...] | None:
+    """The coefficients as a tuple when every one is an ``int`` or a non-empty tuple of
+    ``int`` limbs (or, when ``owned``, a list of them: ``tolist()`` output, frozen here
+    because an object array hands back the caller's own lists), all below
+    :data:`_BOUND`; else ``None``.
+
+    Exactly the values ``fields.canonical`` takes on its fast path, and formats without
+    error, so deferring the call cannot change its result; anything else is
+    canonicalised at once."""
+    kinds: Any = set(map(type, coeffs))
+    if kinds <= _INT_ONLY:
+        return tuple(coeffs) if sum(map(abs, coeffs)) < _BOUND else None
+    if owned and kinds == _LIST_ONLY:
+        coeffs, kinds = tuple(map(tuple, coeffs)), _TUPLE_ONLY
+    # Two passes over the limbs rather than one over a flattened copy: building that
+    # tuple slowed every later round by ~1 µs once the heap was large (measured).
+    if (kinds == _TUPLE_ONLY and all(coeffs) and _ints(map(type, _from_each(coeffs)))
+            # The sum of the magnitudes bounds each one, at half the cost of min + max.
+            and sum(map(abs, _from_each(coeffs))) < _BOUND):
+        return tuple(coeffs)
+    return None
+
+
+def _deferrable(value: Any) -> bool:
+    """The same check for one claim or challenge."""
+    if type(value) is int:
+        return -_BOUND < value < _BOUND
+    return (type(value) is tuple and bool(value) and _ints(map(type, value))
+            and sum(map(abs, value)) < _BOUND)
+
+
+def _record_round(layer: _LayerState, round: object, poly: Lazy, claim: Lazy,
+                  degree: object, challenge: Lazy = None) -> None:
     try:
-        coeffs = poly() if callable(poly) else poly
-        if hasattr(coeffs, "tolist") and not isinstance(coeffs, Integral):
-            coeffs = coeffs.tolist()  # a numpy array of coefficients or limbs
-        poly_s = [fields.canonical(c) for c in coeffs]
-        if not poly_s:
-            raise ValueError("poly: a round polynomial needs at least one coefficient")
-        claim_v = claim() if callable(claim) else claim
-        claim_s = None if claim_v is None else fields.canonical(claim_v)
-        chal_v = challenge() if callable(challenge) else challenge
-        chal_s = None if chal_v is None else fields.canonical(chal_v)
-    except Exception as exc:  # bad values, and callables or field types that raise
-        REJECTIONS.record("poly/claim/challenge", "not_a_field_element")
-        span.add_event(EventName.SUMCHECK_ROUND, {
-            Attr.SUMCHECK_ROUND: index if index is not None else -1,
-            Attr.ERROR_TYPE: "invalid_field_element", "exception.message": _message(exc)})
-        return
-    if degree is not None:
+        span = layer.span
+        cap = _round_event_cap
+        if cap is not None:
+            if layer.round_events >= cap:
+                DROPS.record("span_events", "sdk", DropReason.SPAN_LIMIT)
+                return
+            layer.round_events += 1
+        error: str | None = None
+        index = round if type(round) is int and round >= 0 else _round_index(round)
+        sink = layer.rounds
         try:
-            degree = fields.non_negative_int(degree, "degree")
-        except Exception:
-            REJECTIONS.record("degree", "invalid")  # recorded as len(poly) - 1 instead
-            degree = None
-    if index is None:
-        error = "invalid_round"
-        REJECTIONS.record("round", error)
-        round = -1
-    else:
-        round = index
-        if layer.total_rounds and index >= layer.total_rounds:
-            error = "round_out_of_range"
+            coeffs = poly() if callable(poly) else poly
+            kind = type(coeffs)
+            owned = False
+            if (kind is not tuple and kind is not list and hasattr(coeffs, "tolist")
+                    and not isinstance(coeffs, Integral)):
+                coeffs = coeffs.tolist()  # a numpy array of coefficients or limbs
+                kind, owned = type(coeffs), True
+            poly_v: Any = None
+            if sink is not None and (kind is tuple or kind is list) and coeffs:
+                poly_v = _frozen_poly(coeffs, owned)
+            deferred = poly_v is not None
+            if not deferred:
+                poly_v = [fields.canonical(c) for c in coeffs]
+            if not poly_v:
+                raise ValueError("poly: a round polynomial needs at least one coefficient")
+            claim_v = claim() if callable(claim) else claim  # after poly, before challenge
+            if deferred and claim_v is not None and not _deferrable(claim_v):
+                deferred, poly_v = False, [fields.canonical(c) for c in poly_v]
+            if not deferred and claim_v is not None:
+                claim_v = fields.canonical(claim_v)
+            chal_v = challenge() if callable(challenge) else challenge
+            if deferred and chal_v is not None and not _deferrable(chal_v):
+                deferred = False
+                poly_v = [fields.canonical(c) for c in poly_v]
+                claim_v = None if claim_v is None else fields.canonical(claim_v)
+            if not deferred and chal_v is not None:
+                chal_v = fields.canonical(chal_v)
+        except Exception as exc:  # bad values, and callables or field types that raise
+            REJECTIONS.record("poly/claim/challenge", "not_a_field_element")
+            span.add_event(EventName.SUMCHECK_ROUND, {
+                Attr.SUMCHECK_ROUND: index if index is not None else -1,
+                Attr.ERROR_TYPE: "invalid_field_element", "exception.message": _message(exc)})
+            return
+        if degree is not None:
+            try:
+                degree = fields.non_negative_int(degree, "degree")
+            except Exception:
+                REJECTIONS.record("degree", "invalid")  # recorded as len(poly) - 1 instead
+                degree = None
+        if index is None:
+            error = "invalid_round"
             REJECTIONS.record("round", error)
-    assert isinstance(round, int)
-    attrs: dict[str, AttributeValue] = {
-        Attr.SUMCHECK_ROUND: round,
-        Attr.SUMCHECK_DEGREE: degree if isinstance(degree, int) else len(poly_s) - 1,
-        Attr.SUMCHECK_POLY: poly_s,
-    }
-    if chal_s is not None:
-        attrs[Attr.SUMCHECK_CHALLENGE] = chal_s
-    if claim_s is not None:
-        attrs[Attr.CLAIM] = claim_s
-    if error is None:
-        layer.rounds_done += 1
+            round = -1
+        else:
+            round = index
+            if layer.total_rounds and index >= layer.total_rounds:
+                error = "round_out_of_range"
+                REJECTIONS.record("round", error)
+        if error is None:
+            layer.rounds_done += 1
+        record = (time.time_ns(), round, degree, poly_v, claim_v, chal_v, error, deferred)
+        if sink is None or not sink.add(record, span):
+            name, attrs = _round_event(record)
+            span.add_event(name, attrs, timestamp=record[0])
+    except Exception as exc:  # the hot path never raises into the prover
+        REJECTIONS.record("sumcheck_round", "raised")
+        with contextlib.suppress(Exception):
+            layer.span.add_event(EventName.SUMCHECK_ROUND, {
+                Attr.SUMCHECK_ROUND: -1, Attr.ERROR_TYPE: "invalid",
+                "exception.message": _message(exc)})
+
+
+def _round_event(record: tuple[Any, ...]) -> tuple[str, dict[str, AttributeValue]]:
+    """The ``sumcheck.round`` event of one round record, built on whichever thread reads
+    it (:mod:`otel_proofscope.otlp.deferred_events`). Its values are what the SDK's
+    cleaning keeps as they are (the polynomial a tuple), in the order ``add_event``
+    always got them: the wire bytes must not depend on the path."""
+    _, round, degree, poly, claim, chal, error, deferred = record
+    if deferred:  # ints and int-limb tuples, checked on the prover thread
+        poly = tuple(map(_canonical_checked, poly))
+        if claim is not None:
+            claim = _canonical_checked(claim)
+        if chal is not None:
+            chal = _canonical_checked(chal)
     else:
-        attrs[Attr.ERROR_TYPE] = error
-    span.add_event(EventName.SUMCHECK_ROUND, attrs)
+        poly = tuple(poly)
+    attrs: dict[str, AttributeValue] = {
+        _K_ROUND: round,
+        _K_DEGREE: degree if degree is not None else len(poly) - 1,
+        _K_POLY: poly,
+    }
+    if chal is not None:
+        attrs[_K_CHALLENGE] = chal
+    if claim is not None:
+        attrs[_K_CLAIM] = claim
+    if error is not None:
+        attrs[_K_ERROR] = error
+    return _ROUND_EVENT, attrs
+
+
+_canonical_checked = fields.canonical_checked
+_K_ROUND, _K_DEGREE, _K_POLY = Attr.SUMCHECK_ROUND, Attr.SUMCHECK_DEGREE, Attr.SUMCHECK_POLY
+_K_CHALLENGE, _K_CLAIM, _K_ERROR = Attr.SUMCHECK_CHALLENGE, Attr.CLAIM, Attr.ERROR_TYPE
+_ROUND_EVENT = EventName.SUMCHECK_ROUND
 
 
 def _reject(span: Span, event: str, field_name: str, exc: Exception) -> None:

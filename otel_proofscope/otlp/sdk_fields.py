@@ -7,12 +7,17 @@ wraps the attributes in a ``MappingProxyType``, ``.events`` builds a new tuple, 
 wraps. On the export thread, which competes with the prover for the GIL, those copies
 doubled the cost of encoding a span (OTLP encoder and Rerun span frames alike).
 
-This is the only module that names those fields. :data:`FIELDS_OK` is the result of
+This module (with :mod:`~otel_proofscope.otlp.deferred_events`, the span event list
+it installs) is the only one that names those fields. :data:`FIELDS_OK` is the result of
 one probe, run at import on a real SDK span, that checks every private field read here
 against its public property; when it fails (a future SDK moved something), every
 reader below falls back to the public API, which is slower and equally correct.
-:func:`bounded_attributes` is the one write: it fills a ``BoundedAttributes`` with
+:func:`bounded_attributes` is one write: it fills a ``BoundedAttributes`` with
 values that are already valid, skipping the SDK's per-value re-validation.
+:func:`deferred_events` is the other: it swaps a live span's event list for one that
+takes compact records on the prover thread (a sumcheck round) and builds the SDK's
+events when they are read; :data:`DEFERRED_OK` is its own probe, and without it the
+caller uses ``add_event``.
 """
 
 from __future__ import annotations
@@ -21,9 +26,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from opentelemetry.attributes import BoundedAttributes
-from opentelemetry.sdk.trace import Event, ReadableSpan, Span
+from opentelemetry.sdk.trace import Event, ReadableSpan, Span, SpanLimits, TracerProvider
 from opentelemetry.sdk.util import BoundedList
 from opentelemetry.trace.status import Status, StatusCode
+
+from otel_proofscope.otlp.deferred_events import Build, DeferredEvents
 
 #: The public ``ReadableSpan`` properties whose storage the private readers bypass; a
 #: class that overrides any of them is read through the public API.
@@ -68,6 +75,9 @@ def _private_span(span: Any) -> SpanFields:
     if type(events) is BoundedList:
         dropped_events = events.dropped
         events = events._dq  # type: ignore[attr-defined]
+    elif type(events) is DeferredEvents:
+        dropped_events = events.dropped
+        events = events.events()
     else:
         dropped_events = 0
     if type(links) is BoundedList:
@@ -105,8 +115,6 @@ def _probe() -> bool:
     """Whether the installed SDK keeps span, event and attribute fields where the
     private readers look: checked once, on a real span, against the public API."""
     try:
-        from opentelemetry.sdk.trace import TracerProvider
-
         tracer = TracerProvider().get_tracer("proofscope.probe")
         with tracer.start_as_current_span("outer"), \
                 tracer.start_as_current_span("probe", attributes={"a": 1, "b": (2, 3)},
@@ -184,6 +192,90 @@ def bounded_attributes(values: Mapping[str, Any], dropped: int) -> BoundedAttrib
     return attrs
 
 
+def _install(span: Any, build: Build) -> DeferredEvents | None:
+    with span._lock:
+        old = span._events
+        if type(old) is not BoundedList or span._end_time is not None:
+            return None
+        events = DeferredEvents(old._dq.maxlen, span._limits, build)  # type: ignore[attr-defined]
+        events._dq.extend(old._dq)  # type: ignore[attr-defined]
+        events.dropped = old.dropped
+        span._events = events
+    return events
+
+
+#: The SDK ``Span`` methods that touch the event list; a subclass overriding any of them
+#: keeps ``add_event`` for every event.
+_EVENT_METHODS = ("add_event", "_add_event", "_new_events", "_readable_span", "end",
+                  "is_recording", "__init__")
+_DEFERRABLE_TYPES: dict[type, bool] = {}
+
+
+def _deferrable_span_type(cls: type) -> bool:
+    """The SDK's ``Span`` or a subclass that changes nothing about events (the tracer
+    makes ``_Span``, an empty subclass)."""
+    ok = _DEFERRABLE_TYPES.get(cls)
+    if ok is None:
+        ok = (issubclass(cls, Span) and _sdk_span_storage(cls)
+              and all(getattr(cls, m, None) is getattr(Span, m) for m in _EVENT_METHODS))
+        _DEFERRABLE_TYPES[cls] = ok
+    return ok
+
+
+def deferred_events(span: Any, build: Build) -> DeferredEvents | None:
+    """Give a live SDK span an event list that takes records (see
+    :mod:`~otel_proofscope.otlp.deferred_events`), or ``None`` where it cannot: a
+    span class that changes how events are added or read, an ended span, an event list
+    already replaced, or an SDK that failed the probe. ``None`` means: call ``span.add_event``."""
+    if not DEFERRED_OK or not _deferrable_span_type(type(span)):
+        return None
+    try:
+        return _install(span, build)
+    except Exception:  # pragma: no cover - probed at import
+        return None
+
+
+def _probe_deferred() -> bool:
+    """Whether a span given :func:`deferred_events` reads back, through the public API,
+    exactly as one given the same events through ``add_event``: order, timestamps,
+    attributes, the event limit's drops. (Attribute limits that bite go through the
+    SDK's public ``BoundedAttributes`` constructor, as ``add_event`` does, and would log
+    warnings here.)"""
+    try:
+        tracer = TracerProvider(span_limits=SpanLimits(max_events=3)).get_tracer(
+            "proofscope.probe")
+
+        def build(record: tuple[Any, ...]) -> tuple[str, Mapping[str, Any]]:
+            return "r", {"a": record[1], "b": ("xyz",), "c": "long"}
+
+        def events(span: Any) -> tuple[Any, ...]:
+            return (span.dropped_events, [(e.name, e.timestamp, dict(e.attributes),
+                                           e.dropped_attributes) for e in span.events])
+
+        with tracer.start_as_current_span("deferred") as deferred:
+            sink = deferred_events(deferred, build)
+            if sink is None:
+                return False
+            for i in range(3):
+                deferred.add_event("user", {"i": i}, timestamp=100 + i)
+                if not sink.add((200 + i, i), deferred):
+                    return False
+        with tracer.start_as_current_span("plain") as plain:
+            for i in range(3):
+                plain.add_event("user", {"i": i}, timestamp=100 + i)
+                plain.add_event("r", {"a": i, "b": ["xyz"], "c": "long"}, timestamp=200 + i)
+        late = not sink.add((300, 0), deferred)
+        readable = deferred._readable_span()  # type: ignore[attr-defined]
+        return bool(late and events(deferred) == events(plain)
+                    and events(readable) == events(plain)
+                    and type(deferred._events) is DeferredEvents)  # type: ignore[attr-defined]
+    except Exception:
+        return False
+
+
 #: Whether the private readers are in use (the probe passed on the installed SDK).
 FIELDS_OK: bool = False
 FIELDS_OK = _probe()
+#: Whether :func:`deferred_events` installs its list (its own probe passed too).
+DEFERRED_OK: bool = FIELDS_OK  # the probe below goes through deferred_events itself
+DEFERRED_OK = FIELDS_OK and _probe_deferred()

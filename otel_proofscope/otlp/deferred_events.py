@@ -1,0 +1,141 @@
+"""A span's event list that takes compact records on the hot path and builds the SDK's
+``Event`` objects only when someone reads the events.
+
+Why: ``Span.add_event`` validates every attribute into a ``BoundedAttributes`` and
+builds an ``Event`` under the span's lock, about 7 µs a call on a slow CPU, and a
+sumcheck round happens thousands of times a layer on the prover thread. Here the prover
+thread appends one tuple (its timestamp first, taken when the SDK would have taken it)
+and the thread that reads ``span.events`` (an export thread, normally after the span
+ended) turns each record into the very ``Event`` that ``add_event`` would have built.
+
+The list keeps records and ordinary events in one deque, in call order, so a user's own
+``span.add_event`` calls (which reach :meth:`DeferredEvents.append` through the SDK)
+interleave exactly as before, and the SDK's ``max_events`` limit drops the oldest items
+and counts them in ``dropped`` exactly as ``BoundedList`` does.
+
+Installed by :func:`otel_proofscope.otlp.sdk_fields.deferred_events`, which probes the
+installed SDK first; like that module, this one reads the SDK's private fields.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+from opentelemetry.attributes import BoundedAttributes
+from opentelemetry.sdk.trace import Event, SpanLimits
+from opentelemetry.sdk.util import BoundedList
+
+#: ``record -> (event name, attributes)``. The record is a tuple whose first item is the
+#: event's timestamp (ns). The attribute values must already be what the SDK's cleaning
+#: keeps unchanged (``str``, ``int``, ``bool``, ``float`` or a tuple of one of those):
+#: under permissive limits they go into the event as they are.
+Build = Callable[[tuple[Any, ...]], tuple[str, Mapping[str, Any]]]
+
+
+class DeferredEvents(BoundedList):  # type: ignore[type-arg]
+    """A ``BoundedList`` of span events some of which are still records (tuples)."""
+
+    def __init__(self, maxlen: int | None, limits: SpanLimits, build: Build) -> None:
+        super().__init__(maxlen)
+        # The base's own fields, declared again for the type checker (the SDK's are
+        # untyped); fresh objects, as nothing has used the base's yet.
+        self._dq: deque[Any] = deque(maxlen=maxlen)
+        self._lock = threading.Lock()
+        self._maxlen = maxlen
+        self._build = build
+        self._max_attrs: int | None = limits.max_event_attributes
+        self._max_len: int | None = limits.max_attribute_length
+        self._pending = 0   # records not yet turned into events
+
+    # ── writers ──────────────────────────────────────────────────────────────────────
+
+    def add(self, record: tuple[Any, ...], span: Any) -> bool:
+        """Append ``record`` unless ``span`` has ended (then False: the caller goes
+        through ``add_event``, which warns and drops, as the SDK does)."""
+        with self._lock:
+            # Read under this lock: a reader that snapshots the list after end() waits
+            # for this append, and one before end() cannot have started exporting.
+            if span._end_time is not None:
+                return False
+            dq = self._dq
+            if len(dq) == self._maxlen:
+                self.dropped += 1
+            dq.append(record)
+            self._pending += 1
+        return True
+
+    def append(self, item: Any) -> None:
+        with self._lock:
+            if len(self._dq) == self._maxlen:
+                self.dropped += 1
+            self._dq.append(item)
+
+    def extend(self, seq: Any) -> None:
+        seq = tuple(seq)
+        with self._lock:
+            if self._maxlen is not None:
+                self.dropped += max(0, len(seq) + len(self._dq) - self._maxlen)
+            self._dq.extend(seq)
+            self._pending += sum(1 for x in seq if type(x) is tuple)
+
+    # ── readers ──────────────────────────────────────────────────────────────────────
+
+    def events(self) -> list[Any]:
+        """Every item as an ``Event``, oldest first (records built on the first read)."""
+        with self._lock:
+            items = list(self._dq)
+            if not self._pending:
+                return items
+            # Every append grows the list or, once it is full, the drop count.
+            seen = (len(self._dq), self.dropped)
+        # Built outside the lock, so that the prover's appends never wait for it (and a
+        # fork cannot catch the lock held for long); two readers racing build the same
+        # events twice, harmlessly.
+        make = self._event
+        built = [make(x) if type(x) is tuple else x for x in items]
+        with self._lock:
+            if (len(self._dq), self.dropped) == seen:  # nothing came in: keep the events
+                self._dq = deque(built, maxlen=self._maxlen)
+                self._pending = 0
+        return built
+
+    def _event(self, record: tuple[Any, ...]) -> Event:
+        name, values = self._build(record)
+        max_attrs, max_len = self._max_attrs, self._max_len
+        if max_len is None and (max_attrs is None or len(values) <= max_attrs):
+            # What the SDK's cleaning would keep, without its per-value re-validation.
+            attrs = BoundedAttributes(max_attrs, None, immutable=False)
+            attrs._dict.update(values)
+            attrs._immutable = True
+        else:  # a limit bites: the SDK's own constructor truncates and drops
+            attrs = BoundedAttributes(max_attrs, values, max_value_len=max_len,
+                                      immutable=True)
+        return Event(name, attrs, timestamp=record[0])
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.events())
+
+    def __getitem__(self, index: Any) -> Any:
+        with self._lock:
+            if not self._pending:  # all events already: no copy per index
+                return self._dq[index]
+        return self.events()[index]
+
+    def __len__(self) -> int:
+        return len(self._dq)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.events()}, maxlen={self._maxlen})"
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> BoundedList:  # type: ignore[type-arg]
+        # A plain BoundedList of real events: a copy must not share the records' builder.
+        copy_: BoundedList = BoundedList(self._maxlen)  # type: ignore[type-arg]
+        memo[id(self)] = copy_
+        events = self.events()
+        copy_.dropped = self.dropped
+        copy_._dq = copy.deepcopy(deque(events, maxlen=self._maxlen), memo)  # type: ignore[attr-defined]
+        return copy_

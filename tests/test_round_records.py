@@ -1,0 +1,331 @@
+"""Sumcheck rounds recorded as compact records (otlp.deferred_events) read back exactly as
+rounds recorded through the SDK's ``span.add_event``: same events, timestamps, drop
+counts and OTLP wire bytes, whatever the inputs, limits and interleaved user events."""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+import numpy as np
+import opentelemetry.sdk.trace as sdk_trace
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+from opentelemetry.sdk.trace import ReadableSpan, SpanLimits, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from otel_proofscope import instrumentation
+from otel_proofscope.instrumentation import ProofTracer
+from otel_proofscope.otlp import deferred_events as deferred_module
+from otel_proofscope.otlp import sdk_fields
+from otel_proofscope.otlp.deferred_events import DeferredEvents
+from otel_proofscope.otlp.encode import encode_export_request as encode_spans_request
+from otel_proofscope.pipeline.drops import DROPS, REJECTIONS
+from otel_proofscope.semconv import Attr, EventName, SpanName
+
+# ── random round calls ───────────────────────────────────────────────────────────────
+
+_FELT = st.integers(min_value=0, max_value=2**70)
+_LIMBS = st.tuples(_FELT, _FELT, _FELT, _FELT)
+_U64 = st.integers(min_value=0, max_value=2**64 - 1)
+# Past sys.get_int_max_str_digits() (4300), str() raises: rejected as before, at the call.
+_HUGE = st.sampled_from([10**5000, -(10**5000), (1, 10**5000), 10**650, (10**650, 1)])
+_BAD = st.sampled_from(["x", True, 1.5, None, (), (1, "a"), [1, [2]], -1.0, b"b"])
+_ELEMENT = st.one_of(_FELT, _LIMBS, st.lists(_FELT, min_size=1, max_size=4),
+                     st.integers(min_value=-5, max_value=-1), _BAD, _HUGE)
+
+
+def _polys() -> st.SearchStrategy[Any]:
+    ints = st.lists(_FELT, min_size=1, max_size=5)
+    limbs = st.lists(_LIMBS, min_size=1, max_size=5)
+    return st.one_of(
+        ints, ints.map(tuple), limbs, limbs.map(tuple),
+        st.lists(_HUGE, min_size=1, max_size=2),
+        limbs.map(lambda p: [list(c) for c in p]),               # limb lists (mutable)
+        st.lists(_U64, min_size=1, max_size=5).map(               # numpy coefficients
+            lambda p: np.array(p, dtype=np.uint64)),
+        st.lists(st.tuples(_U64, _U64), min_size=1, max_size=5).map(  # numpy limb rows
+            lambda p: np.array(p, dtype=np.uint64)),
+        st.lists(_ELEMENT, min_size=0, max_size=4),              # mixed, bad, empty
+        st.just(7), st.just("poly"))
+
+
+def _maybe_lazy(value: Any, lazy: bool) -> Any:
+    return (lambda: value) if lazy else value
+
+
+@st.composite
+def _round_call(draw: st.DrawFn) -> tuple[str, tuple[Any, ...]]:
+    index = draw(st.one_of(st.integers(min_value=0, max_value=12), st.just(-1),
+                           st.just(True), st.just(np.int64(3)), st.just("2")))
+    poly = draw(_polys())
+    claim = draw(st.one_of(st.none(), _ELEMENT))
+    challenge = draw(st.one_of(st.none(), _ELEMENT))
+    degree = draw(st.one_of(st.none(), st.integers(min_value=0, max_value=4), st.just(-2),
+                            st.just("3")))
+    lazy = draw(st.booleans())
+    return "round", (index, _maybe_lazy(poly, lazy), _maybe_lazy(claim, lazy), degree,
+                     _maybe_lazy(challenge, lazy and draw(st.booleans())))
+
+
+_USER_EVENT = st.tuples(st.just("user"), st.tuples(
+    st.sampled_from(["user.mark", "gpu.note"]),
+    st.dictionaries(st.sampled_from(["a", "b", "c"]),
+                    st.one_of(st.integers(0, 9), st.text(max_size=6),
+                              st.lists(st.text(max_size=3), max_size=3)), max_size=3)))
+_OPS = st.lists(st.one_of(_round_call(), _round_call(), _USER_EVENT), max_size=25)
+_LIMITS = st.builds(
+    SpanLimits,
+    max_events=st.one_of(st.none(), st.just(SpanLimits.UNSET),
+                         st.integers(min_value=1, max_value=12)),
+    max_event_attributes=st.one_of(st.none(), st.just(SpanLimits.UNSET),
+                                   st.integers(min_value=1, max_value=7)),
+    max_attribute_length=st.one_of(st.none(), st.integers(min_value=1, max_value=8)))
+
+
+# ── the two paths under one deterministic clock ──────────────────────────────────────
+
+@contextmanager
+def _clock() -> Iterator[None]:
+    """Every timestamp, the SDK's and the round records', from one counter: both paths
+    take them at the same calls, so equal timestamps mean equal call order."""
+    ticks = itertools.count(1_700_000_000_000_000_000, 1_000)
+    now: Callable[[], int] = ticks.__next__
+    with mock.patch.object(sdk_trace, "time_ns", now), \
+            mock.patch.object(instrumentation.time, "time_ns", now):
+        yield
+
+
+def _run(ops: Sequence[tuple[str, tuple[Any, ...]]], limits: SpanLimits, cap: int | None,
+         deferred: bool) -> tuple[list[ReadableSpan], dict[Any, int], dict[Any, int], bool]:
+    DROPS.reset()
+    REJECTIONS.reset()
+    memory = InMemorySpanExporter()
+    provider = TracerProvider(span_limits=limits)
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    tracer = ProofTracer(provider)
+    instrumentation.set_max_events_per_span(cap)
+    installed = False
+    patch = (mock.patch.object(instrumentation, "deferred_events", lambda *a: None)
+             if not deferred else mock.patch.object(instrumentation, "time", instrumentation.time))
+    try:
+        with _clock(), patch, tracer.proof(system="gkr", backend="cpu"), \
+                tracer.layer(index=0, kind="MatMul", rounds=10) as layer:
+            installed = type(layer.span._events) is DeferredEvents  # type: ignore[attr-defined]
+            for kind, args in ops:
+                if kind == "round":
+                    tracer.sumcheck_round(*args)
+                else:
+                    layer.span.add_event(*args)
+    finally:
+        instrumentation.set_max_events_per_span(None)
+    return (list(memory.get_finished_spans()), dict(DROPS.snapshot()),
+            dict(REJECTIONS.snapshot()), installed)
+
+
+def _events(span: ReadableSpan) -> list[tuple[Any, ...]]:
+    return [(e.name, e.timestamp, dict(e.attributes or {}), e.dropped_attributes)
+            for e in span.events]
+
+
+def _wire(spans: Sequence[ReadableSpan]) -> bytes:
+    return encode_spans(spans).SerializeToString()  # type: ignore[no-any-return]
+
+
+@settings(max_examples=150, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(ops=_OPS, limits=_LIMITS, cap=st.one_of(st.none(), st.integers(1, 10)))
+def test_records_read_back_exactly_as_add_event(ops: list[tuple[str, tuple[Any, ...]]],
+                                                limits: SpanLimits, cap: int | None) -> None:
+    new, new_drops, new_rejections, installed = _run(ops, limits, cap, deferred=True)
+    old, old_drops, old_rejections, plain = _run(ops, limits, cap, deferred=False)
+    assert installed and not plain
+    assert [s.name for s in new] == [s.name for s in old] == [SpanName.LAYER, SpanName.PROOF]
+    for a, b in zip(new, old, strict=True):
+        assert _events(a) == _events(b)
+        assert a.dropped_events == b.dropped_events
+    assert new_drops == old_drops
+    assert new_rejections == old_rejections
+    # Span ids differ between the runs; the encoders see the same spans otherwise.
+    layer_new, layer_old = new[0], old[0]
+    layer_old._context = layer_new._context  # type: ignore[attr-defined]
+    layer_old._parent = layer_new._parent  # type: ignore[attr-defined]
+    layer_old._start_time = layer_new._start_time  # type: ignore[attr-defined]
+    assert _wire([layer_new]) == _wire([layer_old])
+    assert encode_spans_request([layer_new]) == encode_spans_request([layer_old])
+    assert encode_spans_request([layer_new]) == _wire([layer_new])
+
+
+def test_an_int_too_long_to_print_is_rejected_at_the_call() -> None:
+    spans, _, rejections, installed = _run(
+        [("round", (0, [1, 10**5000], 3, None, None)), ("round", (1, [1], (2, -(10**5000)),
+                                                                  None, None))],
+        SpanLimits(), None, True)
+    assert installed
+    assert rejections == {("poly/claim/challenge", "not_a_field_element"): 2}
+    errors = [ev.attributes[Attr.ERROR_TYPE] for ev in spans[0].events]  # type: ignore[index]
+    assert errors == ["invalid_field_element"] * 2
+
+
+def test_a_callers_mutation_after_the_call_changes_nothing() -> None:
+    spans, *_ = _run([("round", (0, [1, 2], [3, 4], None, None))], SpanLimits(), None, True)
+    poly, claim = [[1, 2], [3, 4]], [5, 6]
+    memory = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    tracer = ProofTracer(provider)
+    array = np.array([[1, 2], [3, 4]], dtype=np.uint64)
+    limbs = [(1, 2), (3, 4)]
+    # An object array's tolist() hands back the caller's own inner lists.
+    inner = [[1, 2], [3, 4]]
+    objects = np.empty(2, dtype=object)
+    objects[0], objects[1] = inner
+    with tracer.layer(index=0, kind="MatMul", rounds=4):
+        tracer.sumcheck_round(0, poly, claim)
+        tracer.sumcheck_round(1, array, (9, 9))
+        tracer.sumcheck_round(2, limbs, 3)
+        tracer.sumcheck_round(3, objects, 3)
+        poly[0][0], claim[0], array[0, 0], limbs[0] = 100, 100, 100, (100, 100)
+        inner[0][0] = 100
+    [layer] = memory.get_finished_spans()
+    polys = [ev.attributes[Attr.SUMCHECK_POLY] for ev in layer.events]  # type: ignore[index]
+    assert polys == [("(1,2)", "(3,4)")] * 4
+    assert layer.events[0].attributes[Attr.CLAIM] == "(5,6)"  # type: ignore[index]
+    assert spans[0].events[0].attributes[Attr.SUMCHECK_POLY] == ("1", "2")  # type: ignore[index]
+
+
+def _prove(tracer: ProofTracer, layers: int = 3, rounds: int = 4) -> None:
+    with tracer.proof(system="gkr", backend="cpu", layers=layers):
+        for i in range(layers):
+            with tracer.layer(index=i, kind="MatMul", rounds=rounds) as layer:
+                for r in range(rounds):
+                    tracer.sumcheck_round(r, ((r, 1, 2, 3), (4, 5, 6, 7)), (i, r, 0, 1),
+                                          challenge=(r, 9, 9, 9))
+                    if r == 1:
+                        layer.span.add_event("user.mark", {"r": r})
+
+
+def test_every_reader_sees_the_rounds() -> None:
+    """InMemorySpanExporter, the official encoder, the fast one, copies, indexing."""
+    memory = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    _prove(ProofTracer(provider))
+    layers = [s for s in memory.get_finished_spans() if s.name == SpanName.LAYER]
+    assert len(layers) == 3
+    for span in layers:
+        names = [e.name for e in span.events]
+        assert names == [EventName.SUMCHECK_ROUND] * 2 + ["user.mark"] + \
+            [EventName.SUMCHECK_ROUND] * 2
+        assert span.events[0].attributes[Attr.SUMCHECK_CHALLENGE] == "(0,9,9,9)"  # type: ignore[index]
+        store = span._events  # type: ignore[attr-defined]
+        assert type(store) is DeferredEvents
+        assert store[-1].name == EventName.SUMCHECK_ROUND and len(store) == 5
+        clone = copy.deepcopy(store)
+        assert [e.name for e in clone] == names and clone.dropped == 0
+    request = encode_spans(layers)
+    got = [e.name for rs in request.resource_spans for ss in rs.scope_spans
+           for s in ss.spans for e in s.events]
+    assert got.count(EventName.SUMCHECK_ROUND) == 12
+    assert encode_spans_request(layers) == request.SerializeToString()
+
+
+def test_rerun_exporter_draws_the_same_rounds_from_records(tmp_path: Path) -> None:
+    from otel_proofscope.rerun import readback
+    from otel_proofscope.rerun.exporter import RerunSpanExporter
+
+    def rounds(deferred: bool, path: Path) -> list[Any]:
+        memory = InMemorySpanExporter()
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(memory))
+        patch = (mock.patch.object(instrumentation, "deferred_events", lambda *a: None)
+                 if not deferred else mock.patch.object(instrumentation, "time",
+                                                        instrumentation.time))
+        with _clock(), patch:
+            _prove(ProofTracer(provider))
+        exporter = RerunSpanExporter(f"file:{path}")
+        exporter.export(memory.get_finished_spans())
+        assert exporter.force_flush(30_000)
+        exporter.shutdown()
+        rec = readback.read(path)
+        return [(r.times, r.values) for path_ in sorted(rec.paths())
+                if "/claim/" in path_ for r in rec.rows(path_)]
+
+    new, old = rounds(True, tmp_path / "new.rrd"), rounds(False, tmp_path / "old.rrd")
+    assert len(new) == 12
+    assert new == old
+
+
+def test_late_rounds_on_an_ended_span_are_dropped_as_the_sdk_drops_them() -> None:
+    memory = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    tracer = ProofTracer(provider)
+    with tracer.layer(index=0, kind="MatMul", rounds=3):
+        state = instrumentation._current_layer.get()
+        tracer.sumcheck_round(0, (1, 2), 3)
+    assert state is not None and state.rounds is not None
+    # A thread that copied the context before the layer closed, calling late.
+    instrumentation._record_round(state, 1, (1, 2), 3, None)
+    [layer] = memory.get_finished_spans()
+    assert len(layer.events) == 1
+
+
+def test_spans_that_cannot_take_records_keep_add_event() -> None:
+    class Custom(sdk_trace.Span):
+        def add_event(self, *args: Any, **kwargs: Any) -> None:
+            super().add_event(*args, **kwargs)
+
+    span = Custom("x", None)
+    span.start()
+    assert sdk_fields.deferred_events(span, lambda r: ("e", {})) is None
+    sdk_tracer = TracerProvider().get_tracer("t")
+    plain = sdk_tracer.start_span("y")
+    assert sdk_fields.deferred_events(plain, lambda r: ("e", {})) is not None
+    assert sdk_fields.deferred_events(plain, lambda r: ("e", {})) is None  # already has one
+    plain.end()
+    ended = sdk_tracer.start_span("z")
+    ended.end()
+    assert sdk_fields.deferred_events(ended, lambda r: ("e", {})) is None
+    # A no-op tracer's spans record nothing either way.
+    tracer = ProofTracer(instrumentation.trace.NoOpTracerProvider())
+    with tracer.layer(index=0, kind="MatMul", rounds=1):
+        tracer.sumcheck_round(0, (1,), 1)
+
+
+def test_concurrent_readers_and_a_writer_agree() -> None:
+    """Export threads read while the prover appends: every read is a prefix-consistent
+    list of real events, and the final read holds every record once, in order."""
+    span = TracerProvider(span_limits=SpanLimits(max_events=SpanLimits.UNSET)).get_tracer(
+        "t").start_span("live")
+    store = sdk_fields.deferred_events(span, lambda r: ("r", {"i": r[1]}))
+    assert store is not None
+    stop = threading.Event()
+    bad: list[str] = []
+
+    def read() -> None:
+        while not stop.is_set():
+            seen = [e.attributes["i"] for e in store.events()]
+            if seen != list(range(len(seen))):
+                bad.append(repr(seen[:10]))
+
+    readers = [threading.Thread(target=read) for _ in range(2)]
+    for t in readers:
+        t.start()
+    for i in range(3000):
+        assert store.add((i + 1, i), span)
+    stop.set()
+    for t in readers:
+        t.join()
+    span.end()
+    assert not bad
+    assert [e.attributes["i"] for e in span.events] == list(range(3000))  # type: ignore[index]
+    assert deferred_module.DeferredEvents is DeferredEvents
