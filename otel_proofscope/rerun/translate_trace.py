@@ -53,7 +53,9 @@ from typing import Any
 
 import numpy as np
 import rerun as rr
+from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.sdk.resources import SERVICE_NAME
+from opentelemetry.sdk.trace import Event
 
 from otel_proofscope.rerun.columns import PROOF_TIME, Frame
 from otel_proofscope.semconv import Attr, EventName
@@ -127,21 +129,42 @@ def _clip(text: str) -> str:
 
 
 def _value(v: object) -> str:
-    if isinstance(v, tuple | list):
-        items = ",".join(str(x) for x in v[:8])
+    t = type(v)
+    if t is str:  # the common cases first: no isinstance chain, no copy
+        return v if len(v) <= 80 else v[:77] + "…"  # type: ignore[index, arg-type, return-value]
+    if t is int:
+        s = str(v)
+    elif isinstance(v, tuple | list):
+        items = ",".join(map(str, v[:8]))
         return f"[{items}{',…' if len(v) > 8 else ''}]"
-    s = str(v)
+    else:
+        s = str(v)
     return s if len(s) <= 80 else s[:77] + "…"
+
+
+#: Attribute key sets seen (in arrival order) → the keys shown, sorted: spans and events
+#: of one kind share their key set, and sorting it again per row was a third of the
+#: trace view's time. Bounded: cleared when full.
+_SHOWN: dict[tuple[Any, ...], tuple[list[str], str]] = {}
+_MAX_SHOWN = 4096
 
 
 def format_attrs(attrs: Mapping[str, Any]) -> str:
     """``k=v`` pairs, sorted, capped (what a reader needs to tell spans apart)."""
     if not attrs:
         return ""
-    keys = sorted(str(k) for k in attrs)
-    shown = [f"{k}={_value(attrs[k])}" for k in keys[:MAX_ATTRS]]
-    more = len(keys) - MAX_ATTRS
-    return " ".join(shown) + (f" (+{more} more)" if more > 0 else "")
+    names = tuple(attrs)
+    plan = _SHOWN.get(names)
+    if plan is None:
+        keys = sorted(str(k) for k in names)
+        more = len(keys) - MAX_ATTRS
+        plan = (keys[:MAX_ATTRS], f" (+{more} more)" if more > 0 else "")
+        if all(type(k) is str for k in names):  # (1,) == (True,): only str keys are keys
+            if len(_SHOWN) >= _MAX_SHOWN:
+                _SHOWN.clear()
+            _SHOWN[names] = plan
+    keys, tail = plan
+    return " ".join([f"{k}={_value(attrs[k])}" for k in keys]) + tail
 
 
 def format_ms(ns: int) -> str:
@@ -531,24 +554,40 @@ class TraceTranslator:
         if attrs:
             text += " · " + attrs
         frame.text(logs, rec.end, _clip(text), "ERROR" if rec.error else "INFO")
+        times: list[int] = []
+        bodies: list[str] = []
+        levels: list[str] = []
+        head = f"{rec.name} › "
+        end = rec.end
         for ev in rec.events:
-            name = str(getattr(ev, "name", "") or "")
-            t = getattr(ev, "timestamp", None)
-            t = t if type(t) is int and t > 0 else rec.end
-            ea = _attrs(ev)
+            if type(ev) is Event and type(a := ev._attributes) is BoundedAttributes \
+                    and type(ea := a._dict) is dict:
+                # The SDK's own event (every received and recorded one): its fields
+                # directly, the properties cost as much as the row itself.
+                name = ev._name if type(ev._name) is str else str(ev._name or "")
+                t = ev._timestamp
+            else:
+                name = str(getattr(ev, "name", "") or "")
+                t = getattr(ev, "timestamp", None)
+                ea = _attrs(ev)
+            t = t if type(t) is int and t > 0 else end
             level = "ERROR" if name == "exception" else "INFO"
-            body = f"{rec.name} › {name}"
-            message = ea.get(Attr.LOG_MESSAGE)
-            if name == EventName.LOG and isinstance(message, str):
-                # A bridged log line (EZKL's Rust logs, proof-stream Log): its own level.
-                level = _LEVELS.get(str(ea.get(Attr.LOG_LEVEL, "")).upper(), "INFO")
-                ea = {k: v for k, v in ea.items() if k not in (Attr.LOG_MESSAGE,
-                                                               Attr.LOG_LEVEL)}
-                body = f"{rec.name} › {message}"
+            body = head + name
+            if name == EventName.LOG:
+                message = ea.get(Attr.LOG_MESSAGE)
+                if isinstance(message, str):
+                    # A bridged log line (EZKL's Rust logs, proof-stream Log): its own level.
+                    level = _LEVELS.get(str(ea.get(Attr.LOG_LEVEL, "")).upper(), "INFO")
+                    ea = {k: v for k, v in ea.items() if k not in (Attr.LOG_MESSAGE,
+                                                                   Attr.LOG_LEVEL)}
+                    body = head + message
             ev_attrs = format_attrs(ea)
             if ev_attrs:
                 body += " · " + ev_attrs
-            frame.text(logs, t, _clip(body), level)
+            times.append(t)
+            bodies.append(body if len(body) <= MAX_TEXT else body[:MAX_TEXT] + "…")
+            levels.append(level)
+        frame.texts(logs, times, bodies, levels)
         series = f"{DURATIONS}/{svc}/{part(rec.name)}"
         if series not in self._series:
             if len(self._series) >= MAX_SERIES:

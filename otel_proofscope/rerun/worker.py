@@ -24,6 +24,7 @@ to a private descriptor and fd 1 points at stderr.
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import logging
 import os
@@ -196,6 +197,11 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("otel_proofscope.drops").disabled = True
     ledger = DropLedger()
     sink = RerunSink(target, queue_size=capacity, ledger=ledger)
+    # The imported modules (Rerun, pyarrow, numpy, protobuf) out of the cyclic
+    # collector's walks: unpacking a frame allocates enough to trigger full collections
+    # every few frames, and each walked that whole start-up heap (as in serve_cmd).
+    gc.collect()
+    gc.freeze()
     return Worker(sink, ledger, report, capacity // 2).run(frames, timeout)
 
 
