@@ -47,3 +47,10 @@ def test_same_keys_other_order_and_values() -> None:
     b = {"a": (1, 2), "b": True}
     for attrs in (a, b, a, b):
         assert tt.format_attrs(attrs) == plain_format_attrs(attrs)
+
+
+def test_keys_with_braces_and_many_keys() -> None:
+    attrs: dict[str, Any] = {"a{b}": 1, "{}": "x", "{0}": (1, 2)}
+    attrs.update({f"k{i:02d}": i for i in range(30)})
+    for _ in range(2):
+        assert tt.format_attrs(attrs) == plain_format_attrs(attrs)

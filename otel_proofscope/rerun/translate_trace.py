@@ -111,9 +111,21 @@ def service_colour(service: str) -> int:
     return PALETTE[zlib.crc32(service.encode("utf-8", "replace")) % len(PALETTE)]
 
 
+#: Escaped entity-path parts (services and span names repeat on every span). Bounded.
+_PARTS: dict[str, str] = {}
+_MAX_PARTS = 4096
+
+
 def part(text: str) -> str:
     """One entity-path part from telemetry text (escaped; never empty)."""
-    return rr.escape_entity_path_part(text) if text else "_"
+    escaped = _PARTS.get(text)
+    if escaped is None:
+        escaped = rr.escape_entity_path_part(text) if text else "_"
+        if type(text) is str:
+            if len(_PARTS) >= _MAX_PARTS:
+                _PARTS.clear()
+            _PARTS[text] = escaped
+    return escaped
 
 
 def wait_s_from_env() -> float:
@@ -142,11 +154,19 @@ def _value(v: object) -> str:
     return s if len(s) <= 80 else s[:77] + "…"
 
 
-#: Attribute key sets seen (in arrival order) → the keys shown, sorted: spans and events
-#: of one kind share their key set, and sorting it again per row was a third of the
-#: trace view's time. Bounded: cleared when full.
+#: Attribute key sets seen (in arrival order) → the keys shown, sorted, and the row's
+#: ``k={} …`` template: spans and events of one kind share their key set, and sorting
+#: and joining it again per row was a third of the trace view's time. Bounded: cleared
+#: when full.
 _SHOWN: dict[tuple[Any, ...], tuple[list[str], str]] = {}
 _MAX_SHOWN = 4096
+
+
+def _template(keys: list[str], more: int) -> str:
+    def esc(text: str) -> str:
+        return text.replace("{", "{{").replace("}", "}}")
+
+    return " ".join(f"{esc(k)}={{}}" for k in keys) + (f" (+{more} more)" if more > 0 else "")
 
 
 def format_attrs(attrs: Mapping[str, Any]) -> str:
@@ -157,14 +177,16 @@ def format_attrs(attrs: Mapping[str, Any]) -> str:
     plan = _SHOWN.get(names)
     if plan is None:
         keys = sorted(str(k) for k in names)
-        more = len(keys) - MAX_ATTRS
-        plan = (keys[:MAX_ATTRS], f" (+{more} more)" if more > 0 else "")
+        plan = (keys[:MAX_ATTRS], _template(keys[:MAX_ATTRS], len(keys) - MAX_ATTRS))
         if all(type(k) is str for k in names):  # (1,) == (True,): only str keys are keys
             if len(_SHOWN) >= _MAX_SHOWN:
                 _SHOWN.clear()
             _SHOWN[names] = plan
-    keys, tail = plan
-    return " ".join([f"{k}={_value(attrs[k])}" for k in keys]) + tail
+    keys, template = plan
+    values = [attrs[k] for k in keys]
+    # Short strings, the most common value, inline (a call per value adds up).
+    return template.format(*[v if type(v) is str and len(v) <= 80 else _value(v)
+                             for v in values])
 
 
 def format_ms(ns: int) -> str:
