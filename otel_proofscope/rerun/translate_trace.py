@@ -53,10 +53,9 @@ from typing import Any
 
 import numpy as np
 import rerun as rr
-from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.sdk.resources import SERVICE_NAME
-from opentelemetry.sdk.trace import Event
 
+from otel_proofscope.otlp.sdk_fields import events_fields
 from otel_proofscope.rerun.columns import PROOF_TIME, Frame
 from otel_proofscope.semconv import Attr, EventName
 
@@ -219,12 +218,15 @@ class Rec:
         return self.end - self.start
 
 
-def _attrs(obj: object) -> Mapping[str, Any]:
-    a = getattr(obj, "attributes", None)
+def _mapping(a: object) -> Mapping[str, Any]:
     if a is None:
         return {}
     inner = getattr(a, "_dict", None)
     return inner if isinstance(inner, dict) else a if isinstance(a, Mapping) else {}
+
+
+def _attrs(obj: object) -> Mapping[str, Any]:
+    return _mapping(getattr(obj, "attributes", None))
 
 
 def read_span(span: Any) -> Rec | None:
@@ -581,17 +583,16 @@ class TraceTranslator:
         levels: list[str] = []
         head = f"{rec.name} › "
         end = rec.end
-        for ev in rec.events:
-            if type(ev) is Event and type(a := ev._attributes) is BoundedAttributes \
-                    and type(ea := a._dict) is dict:
-                # The SDK's own event (every received and recorded one): its fields
-                # directly, the properties cost as much as the row itself.
-                name = ev._name if type(ev._name) is str else str(ev._name or "")
-                t = ev._timestamp
-            else:
-                name = str(getattr(ev, "name", "") or "")
-                t = getattr(ev, "timestamp", None)
-                ea = _attrs(ev)
+        try:  # the SDK's own events (every received or recorded one): one read each
+            fields = events_fields(rec.events)
+        except Exception:  # a hostile object: read it defensively, field by field
+            fields = [(getattr(ev, "name", ""), getattr(ev, "timestamp", None), _attrs(ev), 0)
+                      for ev in rec.events]
+        for name, t, ea, _ in fields:
+            if type(name) is not str:
+                name = str(name or "")
+            if type(ea) is not dict:
+                ea = _mapping(ea)
             t = t if type(t) is int and t > 0 else end
             level = "ERROR" if name == "exception" else "INFO"
             body = head + name
