@@ -128,8 +128,8 @@ class Round:
     retries: int  # requests refused by serve and sent again
 
 
-def serve_once(payloads: list[bytes], tmp: Path) -> Round:
-    env = {**os.environ, "XDG_RUNTIME_DIR": str(tmp), "PYTHONPATH": str(ROOT)}
+def serve_once(payloads: list[bytes], tmp: Path, root: Path = ROOT) -> Round:
+    env = {**os.environ, "XDG_RUNTIME_DIR": str(tmp), "PYTHONPATH": str(root)}
     proc = subprocess.Popen(
         [sys.executable, "-m", "otel_proofscope", "serve", "--grpc-port", "0",
          "--http-port", "off", "--rerun", f"file:{tmp / 'bench.rrd'}"],
@@ -190,6 +190,9 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--no-foreign", action="store_true",
                         help="contract sets only (the 2x target is then not checked)")
+    parser.add_argument("--root", type=Path, nargs="+", default=[ROOT],
+                        help="checkouts whose serve to run, interleaved (A/B: an older "
+                             "checkout, then this one); default: this checkout")
     args = parser.parse_args()
     n = args.spans
     sets: dict[str, list[bytes]] = {}
@@ -199,15 +202,27 @@ def main() -> int:
         sets[f"contract (proof.layer, {r} rounds; walk + trace view)"] = \
             requests(contract_spans(n, r))
     sets["idle (nothing sent)"] = []
-    rounds: dict[str, list[Round]] = {k: [] for k in sets}
+    roots: list[Path] = [r.resolve() for r in args.root]
+    all_rounds = {root: {k: list[Round]() for k in sets} for root in roots}
     for rep in range(args.repeats):
         for label, payloads in sets.items():  # interleaved
-            with tempfile.TemporaryDirectory() as d:
-                r = serve_once(payloads, Path(d))
-            rounds[label].append(r)
-            print(f"round {rep} {label}: serve CPU {r.cpu_s:.2f} s, first request → idle "
-                  f"{r.busy_s:.2f} s, drawn {r.drawn}, refused+retried {r.retries}"
-                  + (f", LOST: {r.lost}" if r.lost else ""), file=sys.stderr, flush=True)
+            for root in roots:
+                with tempfile.TemporaryDirectory() as d:
+                    r = serve_once(payloads, Path(d), root)
+                all_rounds[root][label].append(r)
+                print(f"round {rep} {label} [{root}]: serve CPU {r.cpu_s:.2f} s, first "
+                      f"request → idle {r.busy_s:.2f} s, drawn {r.drawn}, refused+retried "
+                      f"{r.retries}" + (f", LOST: {r.lost}" if r.lost else ""),
+                      file=sys.stderr, flush=True)
+    ok = True
+    for root in roots:
+        if len(roots) > 1:
+            print(f"\n### serve from {root}")
+        ok = report(all_rounds[root], n, args) and ok
+    return 0 if ok else 1
+
+
+def report(rounds: dict[str, list[Round]], n: int, args: argparse.Namespace) -> bool:
     idle = [r.cpu_s for r in rounds.pop("idle (nothing sent)")]
     base = statistics.median(idle)
     print(f"\n{n:,} spans per set, {args.repeats} interleaved rounds; serve CPU minus the "
@@ -249,7 +264,7 @@ def main() -> int:
                   f"{SERVE_TARGET:,} per serve process, nothing lost: CPU "
                   f"{'met' if cpu_met else 'NOT met'}, wall {'met' if wall_met else 'NOT met'}"
                   f"{'' if not lost_any else ', spans were LOST'})")
-    return 0 if ok else 1
+    return ok
 
 
 if __name__ == "__main__":
