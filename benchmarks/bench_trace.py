@@ -133,7 +133,8 @@ def serve_once(payloads: list[bytes], tmp: Path, root: Path = ROOT) -> Round:
     proc = subprocess.Popen(
         [sys.executable, "-m", "otel_proofscope", "serve", "--grpc-port", "0",
          "--http-port", "off", "--rerun", f"file:{tmp / 'bench.rrd'}"],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
+        # cwd: ``python -m`` puts the working directory ahead of PYTHONPATH.
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env, cwd=root)
     assert proc.stdout is not None
     endpoint = ""
     for line in proc.stdout:

@@ -197,11 +197,14 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("otel_proofscope.drops").disabled = True
     ledger = DropLedger()
     sink = RerunSink(target, queue_size=capacity, ledger=ledger)
-    # The imported modules (Rerun, pyarrow, numpy, protobuf) out of the cyclic
-    # collector's walks: unpacking a frame allocates enough to trigger full collections
-    # every few frames, and each walked that whole start-up heap (as in serve_cmd).
+    # As serve does (cli/serve_cmd.tune_gc, which this layer cannot import): the
+    # imported modules (Rerun, pyarrow, numpy) out of the cyclic collector's walks, and
+    # young collections every 10,000 allocations rather than 700; unpacking a frame
+    # allocates enough to trigger collections that walked that whole heap.
     gc.collect()
     gc.freeze()
+    _, older, oldest = gc.get_threshold()
+    gc.set_threshold(10_000, older, oldest)
     return Worker(sink, ledger, report, capacity // 2).run(frames, timeout)
 
 
