@@ -438,6 +438,16 @@ class Frame:
         rows.texts.append(text)
         rows.levels.append(level)
 
+    def texts(self, path: str, times: Sequence[int], texts: Sequence[str],
+              levels: Sequence[str]) -> None:
+        """Many text rows of one entity at once (a span's events), no sequence index."""
+        if not times:
+            return
+        rows: _Texts = self._get("text", path, False, False, lambda: _Texts(path))
+        rows.times.extend(times)
+        rows.texts.extend(texts)
+        rows.levels.extend(levels)
+
     def document(self, path: str, t: int, markdown: str) -> None:
         rows: _Documents = self._get("doc", path, False, False, lambda: _Documents(path))
         rows._index(t, None, None)

@@ -117,6 +117,9 @@ class SinkBackend:
     def flush(self, timeout_s: float) -> bool:
         return self.sink.flush(timeout_s)
 
+    def backlog(self) -> tuple[int, int]:
+        return self.sink.backlog()
+
     def release(self, timeout_s: float) -> None:
         sinks.release(self.sink, timeout_s)
 
@@ -150,6 +153,13 @@ class RerunSpanExporterBase(SpanExporter):
         if self._backend is None or self._closed:
             return True
         return self._backend.flush(timeout_millis / 1000)
+
+    def backlog(self) -> tuple[int, int] | None:
+        """(spans and points queued, queue capacity) of an in-process sink, so a
+        receiver can ask its senders to retry instead of overflowing the queue; None
+        where unknown (a child process, or off)."""
+        backlog = getattr(self._backend, "backlog", None)
+        return backlog() if callable(backlog) else None
 
     def shutdown(self) -> None:
         if self._closed:

@@ -284,6 +284,11 @@ class RerunSink:
         self._start()
         return True
 
+    def backlog(self) -> tuple[int, int]:
+        """(items queued, capacity): a full queue drops new items (counted)."""
+        with self._cond:
+            return self._queued, self._capacity
+
     def flush(self, timeout_s: float) -> bool:
         """Wait (at most ``timeout_s``) until everything queued so far reached Rerun."""
         if self._forked:

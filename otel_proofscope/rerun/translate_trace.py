@@ -55,6 +55,7 @@ import numpy as np
 import rerun as rr
 from opentelemetry.sdk.resources import SERVICE_NAME
 
+from otel_proofscope.otlp.sdk_fields import events_fields
 from otel_proofscope.rerun.columns import PROOF_TIME, Frame
 from otel_proofscope.semconv import Attr, EventName
 
@@ -109,9 +110,21 @@ def service_colour(service: str) -> int:
     return PALETTE[zlib.crc32(service.encode("utf-8", "replace")) % len(PALETTE)]
 
 
+#: Escaped entity-path parts (services and span names repeat on every span). Bounded.
+_PARTS: dict[str, str] = {}
+_MAX_PARTS = 4096
+
+
 def part(text: str) -> str:
     """One entity-path part from telemetry text (escaped; never empty)."""
-    return rr.escape_entity_path_part(text) if text else "_"
+    escaped = _PARTS.get(text)
+    if escaped is None:
+        escaped = rr.escape_entity_path_part(text) if text else "_"
+        if type(text) is str:
+            if len(_PARTS) >= _MAX_PARTS:
+                _PARTS.clear()
+            _PARTS[text] = escaped
+    return escaped
 
 
 def wait_s_from_env() -> float:
@@ -127,21 +140,52 @@ def _clip(text: str) -> str:
 
 
 def _value(v: object) -> str:
-    if isinstance(v, tuple | list):
-        items = ",".join(str(x) for x in v[:8])
+    t = type(v)
+    if t is str:  # the common cases first: no isinstance chain, no copy
+        return v if len(v) <= 80 else v[:77] + "…"  # type: ignore[index, arg-type, return-value]
+    if t is int:
+        s = str(v)
+    elif isinstance(v, tuple | list):
+        items = ",".join(map(str, v[:8]))
         return f"[{items}{',…' if len(v) > 8 else ''}]"
-    s = str(v)
+    else:
+        s = str(v)
     return s if len(s) <= 80 else s[:77] + "…"
+
+
+#: Attribute key sets seen (in arrival order) → the keys shown, sorted, and the row's
+#: ``k={} …`` template: spans and events of one kind share their key set, and sorting
+#: and joining it again per row was a third of the trace view's time. Bounded: cleared
+#: when full.
+_SHOWN: dict[tuple[Any, ...], tuple[list[str], str]] = {}
+_MAX_SHOWN = 4096
+
+
+def _template(keys: list[str], more: int) -> str:
+    def esc(text: str) -> str:
+        return text.replace("{", "{{").replace("}", "}}")
+
+    return " ".join(f"{esc(k)}={{}}" for k in keys) + (f" (+{more} more)" if more > 0 else "")
 
 
 def format_attrs(attrs: Mapping[str, Any]) -> str:
     """``k=v`` pairs, sorted, capped (what a reader needs to tell spans apart)."""
     if not attrs:
         return ""
-    keys = sorted(str(k) for k in attrs)
-    shown = [f"{k}={_value(attrs[k])}" for k in keys[:MAX_ATTRS]]
-    more = len(keys) - MAX_ATTRS
-    return " ".join(shown) + (f" (+{more} more)" if more > 0 else "")
+    names = tuple(attrs)
+    plan = _SHOWN.get(names)
+    if plan is None:
+        keys = sorted(str(k) for k in names)
+        plan = (keys[:MAX_ATTRS], _template(keys[:MAX_ATTRS], len(keys) - MAX_ATTRS))
+        if all(type(k) is str for k in names):  # (1,) == (True,): only str keys are keys
+            if len(_SHOWN) >= _MAX_SHOWN:
+                _SHOWN.clear()
+            _SHOWN[names] = plan
+    keys, template = plan
+    values = [attrs[k] for k in keys]
+    # Short strings, the most common value, inline (a call per value adds up).
+    return template.format(*[v if type(v) is str and len(v) <= 80 else _value(v)
+                             for v in values])
 
 
 def format_ms(ns: int) -> str:
@@ -174,12 +218,15 @@ class Rec:
         return self.end - self.start
 
 
-def _attrs(obj: object) -> Mapping[str, Any]:
-    a = getattr(obj, "attributes", None)
+def _mapping(a: object) -> Mapping[str, Any]:
     if a is None:
         return {}
     inner = getattr(a, "_dict", None)
     return inner if isinstance(inner, dict) else a if isinstance(a, Mapping) else {}
+
+
+def _attrs(obj: object) -> Mapping[str, Any]:
+    return _mapping(getattr(obj, "attributes", None))
 
 
 def read_span(span: Any) -> Rec | None:
@@ -531,24 +578,39 @@ class TraceTranslator:
         if attrs:
             text += " · " + attrs
         frame.text(logs, rec.end, _clip(text), "ERROR" if rec.error else "INFO")
-        for ev in rec.events:
-            name = str(getattr(ev, "name", "") or "")
-            t = getattr(ev, "timestamp", None)
-            t = t if type(t) is int and t > 0 else rec.end
-            ea = _attrs(ev)
+        times: list[int] = []
+        bodies: list[str] = []
+        levels: list[str] = []
+        head = f"{rec.name} › "
+        end = rec.end
+        try:  # the SDK's own events (every received or recorded one): one read each
+            fields = events_fields(rec.events)
+        except Exception:  # a hostile object: read it defensively, field by field
+            fields = [(getattr(ev, "name", ""), getattr(ev, "timestamp", None), _attrs(ev), 0)
+                      for ev in rec.events]
+        for name, t, ea, _ in fields:
+            if type(name) is not str:
+                name = str(name or "")
+            if type(ea) is not dict:
+                ea = _mapping(ea)
+            t = t if type(t) is int and t > 0 else end
             level = "ERROR" if name == "exception" else "INFO"
-            body = f"{rec.name} › {name}"
-            message = ea.get(Attr.LOG_MESSAGE)
-            if name == EventName.LOG and isinstance(message, str):
-                # A bridged log line (EZKL's Rust logs, proof-stream Log): its own level.
-                level = _LEVELS.get(str(ea.get(Attr.LOG_LEVEL, "")).upper(), "INFO")
-                ea = {k: v for k, v in ea.items() if k not in (Attr.LOG_MESSAGE,
-                                                               Attr.LOG_LEVEL)}
-                body = f"{rec.name} › {message}"
+            body = head + name
+            if name == EventName.LOG:
+                message = ea.get(Attr.LOG_MESSAGE)
+                if isinstance(message, str):
+                    # A bridged log line (EZKL's Rust logs, proof-stream Log): its own level.
+                    level = _LEVELS.get(str(ea.get(Attr.LOG_LEVEL, "")).upper(), "INFO")
+                    ea = {k: v for k, v in ea.items() if k not in (Attr.LOG_MESSAGE,
+                                                                   Attr.LOG_LEVEL)}
+                    body = head + message
             ev_attrs = format_attrs(ea)
             if ev_attrs:
                 body += " · " + ev_attrs
-            frame.text(logs, t, _clip(body), level)
+            times.append(t)
+            bodies.append(body if len(body) <= MAX_TEXT else body[:MAX_TEXT] + "…")
+            levels.append(level)
+        frame.texts(logs, times, bodies, levels)
         series = f"{DURATIONS}/{svc}/{part(rec.name)}"
         if series not in self._series:
             if len(self._series) >= MAX_SERIES:

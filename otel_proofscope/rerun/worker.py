@@ -24,6 +24,7 @@ to a private descriptor and fd 1 points at stderr.
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import logging
 import os
@@ -196,6 +197,14 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("otel_proofscope.drops").disabled = True
     ledger = DropLedger()
     sink = RerunSink(target, queue_size=capacity, ledger=ledger)
+    # As serve does (cli/serve_cmd.tune_gc, which this layer cannot import): the
+    # imported modules (Rerun, pyarrow, numpy) out of the cyclic collector's walks, and
+    # young collections every 10,000 allocations rather than 700; unpacking a frame
+    # allocates enough to trigger collections that walked that whole heap.
+    gc.collect()
+    gc.freeze()
+    _, older, oldest = gc.get_threshold()
+    gc.set_threshold(10_000, older, oldest)
     return Worker(sink, ledger, report, capacity // 2).run(frames, timeout)
 
 

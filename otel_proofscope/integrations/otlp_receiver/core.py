@@ -189,18 +189,23 @@ class Ingest:
         return self.handle_metrics(request)
 
     def handle_traces(self, request: ExportTraceServiceRequest) -> Result:
-        self._count_declared(request)
+        if self._backlog_full(1):  # before the decode: nothing can be taken now
+            return self._refuse_full(0)
         batch = decode.spans_from_request(request)
+        failed: str | None = ""
+        if batch.spans:
+            failed = self._export_spans(batch.spans)
+            if failed is None:  # counted once, as a refused request; the sender retries
+                return self._refuse_full(len(batch.spans))
+        self._count_declared(request)
         rejected, message = batch.rejected, batch.error_message
         if rejected:
             self._ledger.record("spans", LEDGER_SINK, DropReason.INVALID.value, rejected)
         accepted = len(batch.spans)
-        if batch.spans:
-            failed = self._export_spans(batch.spans)
-            if failed:
-                rejected += accepted
-                accepted = 0
-                message = "; ".join(m for m in (message, failed) if m)
+        if batch.spans and failed:
+            rejected += accepted
+            accepted = 0
+            message = "; ".join(m for m in (message, failed) if m)
         self._count(codec.Signal.TRACES, Outcome.OK, accepted=accepted, rejected=rejected)
         return Result(Outcome.OK, message,
                       codec.response(codec.Signal.TRACES, rejected, message))
@@ -221,13 +226,37 @@ class Ingest:
         return Result(Outcome.OK, message,
                       codec.response(codec.Signal.METRICS, rejected, message))
 
+    def _backlog_full(self, spans: int) -> bool:
+        """Whether a span exporter that says how full it is (``backlog()``: spans
+        queued, capacity; the Rerun exporter) cannot take ``spans`` more now. A queue
+        that is empty takes any request (what does not fit is counted there)."""
+        for exporter in self.span_exporters:
+            backlog = getattr(exporter, "backlog", None)
+            got = backlog() if callable(backlog) else None
+            if isinstance(got, tuple) and len(got) == 2 and all(type(x) is int for x in got):
+                queued, capacity = got
+                if queued > 0 and queued + spans > capacity:
+                    return True
+        return False
+
+    def _refuse_full(self, spans: int) -> Result:
+        # A sender that outpaces the drawing is told to retry (UNAVAILABLE / 503 with a
+        # retry hint, as for a busy receiver) rather than have its spans dropped by a
+        # full queue: an OTLP exporter retries, so a burst is drawn late, not lost.
+        what = f"{spans} spans" if spans else "spans"
+        return self.reject(codec.Signal.TRACES, Outcome.BUSY,
+                           f"the span queue cannot take {what} now, retry later")
+
     # Returns an error message when every sink failed (the items are then lost for good
     # and reported as rejected); a sink that fails while another succeeds is only counted.
-    def _export_spans(self, spans: list[ReadableSpan]) -> str:
+    # None: a sink's queue cannot take the spans now; nothing was exported.
+    def _export_spans(self, spans: list[ReadableSpan]) -> str | None:
         if not self.span_exporters:
             return ""
         errors: list[str] = []
         with self._export_lock:
+            if self._backlog_full(len(spans)):
+                return None
             for exporter in self.span_exporters:
                 try:
                     ok = exporter.export(spans) is SpanExportResult.SUCCESS
