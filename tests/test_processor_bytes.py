@@ -186,6 +186,20 @@ def test_begin_flush_exports_without_waiting() -> None:
     assert proc.begin_flush() is None
 
 
+def test_without_a_byte_bound_only_spans_are_counted() -> None:
+    gate = Gate()
+    proc = BoundedBatchSpanProcessor(gate, sink="gate", max_queue_size=50, ledger=DropLedger())
+    provider = TracerProvider()
+    provider.add_span_processor(proc)
+    spans_with(provider, [0])
+    assert gate.entered.wait(10)
+    spans_with(provider, [2000] * 3)  # ~6 MB estimated, far past any small byte bound
+    assert len(proc._queue) == 3
+    gate.release.set()
+    proc.shutdown(5000)
+    assert len(gate.spans) == 4
+
+
 def test_options_read_the_byte_bound(monkeypatch: pytest.MonkeyPatch) -> None:
     assert Options.resolve(rerun="off").max_queue_bytes == 32 * 2**20
     monkeypatch.setenv("PROOFSCOPE_MAX_QUEUE_BYTES", "1000")

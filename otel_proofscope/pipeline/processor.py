@@ -50,8 +50,8 @@ _log = logging.getLogger(__name__)
 SPAN_BYTES = 2048
 ATTRIBUTE_BYTES = 256
 EVENT_BYTES = 1024
-#: Default byte bound per sink: 8,192 spans without events fit (the span bound binds
-#: first, as before), 8,192 round-heavy spans do not.
+#: configure()'s byte bound per sink: 8,192 spans without events fit (the span bound
+#: binds first, as before), 8,192 spans of 32 round events (~250 MB) do not.
 DEFAULT_MAX_QUEUE_BYTES = 32 * 2**20
 
 
@@ -102,19 +102,20 @@ class BoundedBatchSpanProcessor(SpanProcessor):
         *,
         sink: str,
         max_queue_size: int = 65_536,
-        max_queue_bytes: int = DEFAULT_MAX_QUEUE_BYTES,
+        max_queue_bytes: int | None = None,
         max_batch_size: int = 512,
         schedule_delay_s: float = 0.5,
         ledger: DropLedger = DROPS,
     ) -> None:
-        if max_queue_size < 1 or max_batch_size < 1 or max_queue_bytes < 1:
+        if max_queue_size < 1 or max_batch_size < 1 or (max_queue_bytes or 1) < 1:
             raise ValueError("max_queue_size, max_queue_bytes and max_batch_size must be "
                              ">= 1")
         self.exporter = exporter
         self.sink = sink
         self.stats = ExportStats()
         self._max_queue = max_queue_size
-        self._max_bytes = max_queue_bytes
+        # None: bounded in spans only (the class's behaviour before the byte bound).
+        self._max_bytes = max_queue_bytes if max_queue_bytes is not None else float("inf")
         self._max_batch = min(max_batch_size, max_queue_size)
         self._delay = schedule_delay_s
         self._ledger = ledger
