@@ -201,7 +201,7 @@ def test_without_a_byte_bound_only_spans_are_counted() -> None:
 
 
 def test_options_read_the_byte_bound(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert Options.resolve(rerun="off").max_queue_bytes == 32 * 2**20
+    assert Options.resolve(rerun="off").max_queue_bytes == 24 * 2**20
     monkeypatch.setenv("PROOFSCOPE_MAX_QUEUE_BYTES", "1000")
     assert Options.resolve(rerun="off").max_queue_bytes == 1000
     assert Options.resolve(rerun="off", max_queue_bytes=77).max_queue_bytes == 77

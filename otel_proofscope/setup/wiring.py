@@ -201,7 +201,7 @@ def configure(
         max_queue_size: spans queued per sink before new ones are dropped and counted
             (``PROOFSCOPE_MAX_QUEUE``, default 8192: bounds memory with a dead collector).
         max_queue_bytes: the same bound in estimated bytes per sink
-            (``PROOFSCOPE_MAX_QUEUE_BYTES``, default 32 MiB): a span with many events
+            (``PROOFSCOPE_MAX_QUEUE_BYTES``, default 24 MiB): a span with many events
             holds ~10x the memory of one without (``pipeline.processor.estimate_bytes``).
         handle_sigterm: when SIGTERM has its default action, turn it into ``SystemExit``
             so open spans end (marked as errors) and the bounded shutdown runs at exit.
