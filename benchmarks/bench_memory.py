@@ -84,10 +84,10 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="bench-memory-") as d:
         for i in range(args.repeat):
             for route in routes if i % 2 == 0 else routes[::-1]:  # interleaved
-                g, _, lost = one(route, args.spans, args.events, Path(d))
-                growth[route].append(g)
+                mib, _, lost = one(route, args.spans, args.events, Path(d))
+                growth[route].append(mib)
                 rerun_lost[route].append(lost)
-                print(f"run {i + 1} {route}: +{g:.1f} MiB, Rerun lost {lost}",
+                print(f"run {i + 1} {route}: +{mib:.1f} MiB, Rerun lost {lost}",
                       file=sys.stderr, flush=True)
     print(f"{args.spans:,} spans of {args.events} round events against a dead collector; "
           f"median (range) of {args.repeat} runs\n")
