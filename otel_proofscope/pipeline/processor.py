@@ -7,6 +7,13 @@ a stopped OTLP gRPC receiver on loopback). Here:
 
 * ``on_end`` (the prover thread) is a length check and a deque append; the worker is
   only woken when a full batch is waiting, so the prover never takes a lock per span.
+  The worker thread starts with the processor, not on the first span, so a proof does
+  not pay for a thread start (~0.1–1 ms on a loaded machine) inside its first phase;
+* ``begin_flush`` wakes the worker without waiting, so a shutdown can start every
+  sink's export at once and let their I/O overlap instead of running them in turn;
+* the queue is bounded twice: in spans, and in estimated bytes (:func:`estimate_bytes`),
+  because a span's size varies ~10x with its events: 8,192 layer spans of 32 round
+  events each hold ~250 MB, far past the memory a dead collector may cost;
 * every loss (queue full, export failed, shutdown deadline) is counted exactly, in
   spans and in span events, in the process-wide :data:`DROPS` ledger;
 * ``force_flush`` and ``shutdown`` honour their deadline even when the exporter hangs:
@@ -33,6 +40,32 @@ from otel_proofscope.pipeline.forking import after_fork_in_child
 from otel_proofscope.semconv import DropReason
 
 _log = logging.getLogger(__name__)
+
+#: Estimated bytes of one ended SDK span: a fixed part, per attribute and per event.
+#: Measured with tracemalloc (opentelemetry-sdk 1.x, Python 3.11, ``proof.layer`` spans
+#: with 4 attributes and round events of 5 attributes): 2.8 KB without events, +0.9 KB
+#: per event, 31 KB with 32 events. The constants round those up, so the estimate
+#: errs towards less memory. Large attribute values (a witness heatmap) are not sized:
+#: it is an estimate, not an accounting.
+SPAN_BYTES = 2048
+ATTRIBUTE_BYTES = 256
+EVENT_BYTES = 1024
+#: configure()'s byte bound per sink. Issue 16 allows +64 MB of RSS in every route
+#: against a dead collector; a route has two span queues (OTLP and Rerun), each with a
+#: batch in flight (an eighth of the bound, see _drain), on top of a few MB of
+#: baseline: 2 x 24 x 1.125 = 54 MiB estimated. 8,192 spans without events
+#: (~3.3 KB estimated each) nearly fit: the span bound still binds first for them.
+DEFAULT_MAX_QUEUE_BYTES = 24 * 2**20
+
+
+def estimate_bytes(span: ReadableSpan) -> int:
+    """Estimated memory ``span`` holds while queued; never raises (prover thread)."""
+    try:
+        attributes = span.attributes
+        return (SPAN_BYTES + ATTRIBUTE_BYTES * (len(attributes) if attributes else 0)
+                + EVENT_BYTES * len(span.events))
+    except Exception:  # a foreign span type: count the fixed part
+        return SPAN_BYTES
 
 
 class ExportStats:
@@ -72,25 +105,36 @@ class BoundedBatchSpanProcessor(SpanProcessor):
         *,
         sink: str,
         max_queue_size: int = 65_536,
+        max_queue_bytes: int | None = None,
         max_batch_size: int = 512,
         schedule_delay_s: float = 0.5,
         ledger: DropLedger = DROPS,
     ) -> None:
-        if max_queue_size < 1 or max_batch_size < 1:
-            raise ValueError("max_queue_size and max_batch_size must be >= 1")
+        if max_queue_size < 1 or max_batch_size < 1 or (max_queue_bytes or 1) < 1:
+            raise ValueError("max_queue_size, max_queue_bytes and max_batch_size must be "
+                             ">= 1")
         self.exporter = exporter
         self.sink = sink
         self.stats = ExportStats()
         self._max_queue = max_queue_size
+        # None: bounded in spans only (the class's behaviour before the byte bound).
+        self._max_bytes = max_queue_bytes if max_queue_bytes is not None else float("inf")
         self._max_batch = min(max_batch_size, max_queue_size)
         self._delay = schedule_delay_s
         self._ledger = ledger
         self._init_state()
-        # A child process must not re-export what its parent already queued.
+        # A child process must not re-export what its parent already queued. Its worker
+        # (threads do not survive fork) starts again on its first span.
         after_fork_in_child(self._init_state)
+        self._start_worker()
 
     def _init_state(self) -> None:
         self._queue: collections.deque[ReadableSpan] = collections.deque()
+        # Estimated bytes queued. Added before the append, removed after the pop, both
+        # under _bytes_lock (spans end on any thread; += is not atomic), so it never
+        # undercounts what the queue holds.
+        self._queued_bytes = 0
+        self._bytes_lock = threading.Lock()
         self._cond = threading.Condition(threading.Lock())
         self._stopping = False
         self._closed = False
@@ -116,6 +160,13 @@ class BoundedBatchSpanProcessor(SpanProcessor):
         if len(queue) >= self._max_queue:
             self._lose([span], DropReason.QUEUE_FULL)
             return
+        size = estimate_bytes(span)
+        # An empty queue takes any span, however large: it would never fit otherwise.
+        if self._queued_bytes + size > self._max_bytes and queue:
+            self._lose([span], DropReason.QUEUE_FULL)
+            return
+        with self._bytes_lock:
+            self._queued_bytes += size
         queue.append(span)
         if self._worker is None:
             self._start_worker()
@@ -148,11 +199,27 @@ class BoundedBatchSpanProcessor(SpanProcessor):
 
     def _drain(self) -> None:
         queue = self._queue
+        # A batch is held until its export returns (retries against a dead collector
+        # included): it gets an eighth of the byte bound, so queue and batch in flight
+        # stay within ~1.1x the bound.
+        batch_bytes = self._max_bytes / 8
         while queue:
             batch: list[ReadableSpan] = []
-            while queue and len(batch) < self._max_batch:
-                batch.append(queue.popleft())
+            size = 0
+            while queue and len(batch) < self._max_batch and (not batch
+                                                              or size < batch_bytes):
+                span = queue.popleft()
+                batch.append(span)
+                size += estimate_bytes(span)
+            # Same estimate as on_end: an ended span's attributes and events do not change.
+            with self._bytes_lock:
+                self._queued_bytes -= size
             self._export(batch)
+
+    def _release_bytes(self, spans: Sequence[ReadableSpan]) -> None:
+        size = sum(estimate_bytes(s) for s in spans)
+        with self._bytes_lock:
+            self._queued_bytes -= size
 
     def _export(self, batch: list[ReadableSpan]) -> None:
         self._in_flight = batch
@@ -181,13 +248,24 @@ class BoundedBatchSpanProcessor(SpanProcessor):
 
     # ── flush / shutdown ─────────────────────────────────────────────────────────────
 
-    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+    def begin_flush(self) -> threading.Event | None:
+        """Ask the worker to export everything queued now, without waiting.
+
+        Returns an event set once that is done (exported or counted as lost), or None
+        when there is nothing to wait for (no worker, or closed).
+        """
         if self._worker is None or self._closed:
-            return not self._queue
+            return None
         done = threading.Event()
         with self._cond:
             self._flush_requests.append(done)
             self._cond.notify()
+        return done
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        done = self.begin_flush()
+        if done is None:
+            return not self._queue
         return done.wait(timeout_millis / 1000)
 
     def shutdown(self, timeout_millis: int = 3_000) -> None:
@@ -205,6 +283,7 @@ class BoundedBatchSpanProcessor(SpanProcessor):
             stuck = worker is not None and worker.is_alive()
             lost = list(self._queue)
             self._queue.clear()
+            self._release_bytes(lost)
             if stuck and self._in_flight is not None:
                 lost.extend(self._in_flight)
                 self._abandoned = True

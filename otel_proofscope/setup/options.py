@@ -21,6 +21,7 @@ from opentelemetry.sdk.trace.export import SpanExporter
 from otel_proofscope.mapping.apply import Mapper
 from otel_proofscope.mapping.wiring import mapper_for
 from otel_proofscope.pipeline.deadline import ENV_SHUTDOWN_TIMEOUT, parse_timeout
+from otel_proofscope.pipeline.processor import DEFAULT_MAX_QUEUE_BYTES
 
 DEFAULT_OUT_DIR = "proofscope-out"
 DEFAULT_MAX_EVENTS_PER_SPAN = 16_384
@@ -118,6 +119,8 @@ class Options:
     metric_readers: tuple[MetricReader, ...] = field(default=())
     #: Mapping rules for every span sink (``map=`` or ``PROOFSCOPE_MAP``), or None.
     mapper: Mapper | None = None
+    #: Estimated bytes queued per sink before new spans are dropped and counted.
+    max_queue_bytes: int = DEFAULT_MAX_QUEUE_BYTES
 
     @property
     def rerun_on(self) -> bool:
@@ -144,6 +147,7 @@ class Options:
         metric_readers: Sequence[MetricReader] = (),
         set_global: bool = True,
         map: Any = None,  # configure(map=...): a preset name, rule file, RuleSet, Mapper
+        max_queue_bytes: int | None = None,
     ) -> Options:
         """configure()'s arguments merged with the environment; raises ValueError for a
         value that cannot be meant, naming where it came from."""
@@ -178,6 +182,11 @@ class Options:
                       if max_queue_size else positive_int(
                           "PROOFSCOPE_MAX_QUEUE",
                           os.environ.get("PROOFSCOPE_MAX_QUEUE") or DEFAULT_MAX_QUEUE))
+        queue_bytes = (positive_int("max_queue_bytes", max_queue_bytes)
+                       if max_queue_bytes else positive_int(
+                           "PROOFSCOPE_MAX_QUEUE_BYTES",
+                           os.environ.get("PROOFSCOPE_MAX_QUEUE_BYTES")
+                           or DEFAULT_MAX_QUEUE_BYTES))
         directory = Path(out_dir or os.environ.get("PROOFSCOPE_OUT_DIR") or DEFAULT_OUT_DIR)
 
         rerun_on = target.lower() not in ("", "off", "none")
@@ -203,4 +212,4 @@ class Options:
             handle_sigterm=handle_sigterm, set_global=set_global,
             trace_exporters=tuple(trace_names), metric_exporters=tuple(metric_names),
             span_exporters=tuple(span_exporters), metric_readers=tuple(metric_readers),
-            mapper=mapper_for(map))
+            mapper=mapper_for(map), max_queue_bytes=queue_bytes)

@@ -153,6 +153,12 @@ class Telemetry:
     def _close_all(self, budget: float, deadline: float) -> None:
         for stop in self._before_shutdown:
             self._bounded(stop, min(deadline, time.monotonic() + budget / 4))
+        # Every span sink starts exporting what it holds now, while the metrics are
+        # collected below: a short proof's spans are all still queued here (the batch
+        # delay outlasts it), and exporting them sink after sink, behind the metrics,
+        # made the sinks' I/O and Rerun's native work wait for each other.
+        for processor in self.span_processors:
+            processor.begin_flush()
         # Metrics first: the final collection includes the last proof's durations. We
         # wait for them at most half the budget before the spans' turn (a hung metric
         # sink used to leave the spans no time: they were reported as delivered), and

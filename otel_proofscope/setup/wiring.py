@@ -81,7 +81,8 @@ class _Build:
             exporter = WitnessFilter(exporter, sink)
             self.witness_filters.append(exporter)
         proc = BoundedBatchSpanProcessor(exporter, sink=sink,
-                                         max_queue_size=self.options.max_queue_size)
+                                         max_queue_size=self.options.max_queue_size,
+                                         max_queue_bytes=self.options.max_queue_bytes)
         self.tracer_provider.add_span_processor(proc)
         self.processors.append(proc)
 
@@ -172,6 +173,7 @@ def configure(
     metric_readers: Sequence[MetricReader] = (),
     set_global: bool = True,
     map: str | Path | Any = None,  # a preset name, rule file, RuleSet or Mapper
+    max_queue_bytes: int | None = None,
 ) -> Telemetry:
     """Set up tracer + meter providers for a prover and return a :class:`Telemetry`.
 
@@ -198,6 +200,9 @@ def configure(
             the exporter is wrapped in :func:`otel_proofscope.pipeline.privacy.local`.
         max_queue_size: spans queued per sink before new ones are dropped and counted
             (``PROOFSCOPE_MAX_QUEUE``, default 8192: bounds memory with a dead collector).
+        max_queue_bytes: the same bound in estimated bytes per sink
+            (``PROOFSCOPE_MAX_QUEUE_BYTES``, default 24 MiB): a span with many events
+            holds ~10x the memory of one without (``pipeline.processor.estimate_bytes``).
         handle_sigterm: when SIGTERM has its default action, turn it into ``SystemExit``
             so open spans end (marked as errors) and the bounded shutdown runs at exit.
         set_global: install the providers globally (``get_tracer()`` then uses them).

@@ -1,0 +1,105 @@
+"""Prover RSS growth against a dead collector, per Rerun route (issue 16: <= +64 MB).
+
+Run: python benchmarks/bench_memory.py [--spans 200000] [--events 0] [--repeat 5]
+       [--routes otlp,child,thread]
+
+Each run is a fresh process: ``configure()`` with an OTLP endpoint on a closed port
+(every export fails), then N ``proof.layer`` spans (each with ``--events`` round
+events) inside one proof. It reports the RSS growth from just before the burst to
+just after it (psutil), and what the ledger counted as lost. Routes:
+
+* ``otlp``   — OTLP alone (``rerun="off"``);
+* ``child``  — OTLP + Rerun ``.rrd`` file, translated in a child process (the growth
+  of the prover's process only, as the test in tests/test_reliability.py measures);
+* ``thread`` — OTLP + Rerun ``.rrd`` file, translated in a thread of the prover.
+
+Every route must count every span that was not delivered (OTLP: all of them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+from pathlib import Path
+
+CHILD = textwrap.dedent("""
+    import os, sys, psutil
+    import otel_proofscope as ps
+    os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] = sys.argv[1]
+    t = ps.configure(rerun=sys.argv[3], shutdown_timeout_s=1.0, set_global=False)
+    tracer = t.tracer
+    proc = psutil.Process()
+    n, events = int(sys.argv[2]), int(sys.argv[4])
+    poly = [(1, 2, 3, 4), (5, 6, 7, 8), (9, 10, 11, 12)]
+    with tracer.proof(system="gkr"):
+        with tracer.layer(index=0, kind="MatMul"):
+            pass
+        base = proc.memory_info().rss
+        for i in range(n):
+            with tracer.layer(index=i % 100, kind="MatMul", rounds=max(1, events)):
+                for r in range(events):
+                    tracer.sumcheck_round(r, poly, (1, 2, 3, 4), 2)
+        peak = proc.memory_info().rss
+    t.shutdown(log_drops=False)
+    from otel_proofscope.ledger import DROPS
+    print(peak - base, DROPS.total(signal="spans", sink="otlp"),
+          DROPS.total(signal="spans", sink="rerun"), flush=True)
+""")
+
+
+def dead_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def one(route: str, spans: int, events: int, tmp: Path) -> tuple[float, int, int]:
+    target = "off" if route == "otlp" else f"file:{tmp / f'{route}.rrd'}"
+    env = dict(os.environ, PROOFSCOPE_RERUN_PROCESS="1" if route == "child" else "0")
+    out = subprocess.run([sys.executable, "-c", CHILD, f"http://127.0.0.1:{dead_port()}",
+                          str(spans), target, str(events)], capture_output=True, text=True,
+                         timeout=1200, check=True, env=env, cwd=tmp)
+    growth, otlp_lost, rerun_lost = (int(x) for x in out.stdout.split())
+    assert otlp_lost == spans + 2, out.stdout  # nothing delivered, nothing unaccounted
+    return growth / 2**20, otlp_lost, rerun_lost
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--spans", type=int, default=200_000)
+    parser.add_argument("--events", type=int, default=0, help="round events per span")
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--routes", default="otlp,child,thread")
+    args = parser.parse_args(argv)
+    routes = args.routes.split(",")
+    growth: dict[str, list[float]] = {r: [] for r in routes}
+    rerun_lost: dict[str, list[int]] = {r: [] for r in routes}
+    with tempfile.TemporaryDirectory(prefix="bench-memory-") as d:
+        for i in range(args.repeat):
+            for route in routes if i % 2 == 0 else routes[::-1]:  # interleaved
+                mib, _, lost = one(route, args.spans, args.events, Path(d))
+                growth[route].append(mib)
+                rerun_lost[route].append(lost)
+                print(f"run {i + 1} {route}: +{mib:.1f} MiB, Rerun lost {lost}",
+                      file=sys.stderr, flush=True)
+    print(f"{args.spans:,} spans of {args.events} round events against a dead collector; "
+          f"median (range) of {args.repeat} runs\n")
+    print("| route | RSS growth, MiB | target | Rerun spans lost (counted) |")
+    print("|---|---|---|---|")
+    for route in routes:
+        g = growth[route]
+        ok = "✔" if max(g) <= 64 else "**not met**"
+        print(f"| {route} | {statistics.median(g):.1f} ({min(g):.1f}–{max(g):.1f}) | "
+              f"≤ 64 {ok} | {statistics.median(rerun_lost[route]):,.0f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
