@@ -118,6 +118,9 @@ class Options:
     metric_readers: tuple[MetricReader, ...] = field(default=())
     #: Mapping rules for every span sink (``map=`` or ``PROOFSCOPE_MAP``), or None.
     mapper: Mapper | None = None
+    #: OTLP and Rerun span export in one child process (``export_process=`` or
+    #: ``PROOFSCOPE_EXPORT_PROCESS``); None: the variable decides, default off.
+    export_process: bool | None = None
 
     @property
     def rerun_on(self) -> bool:
@@ -144,6 +147,7 @@ class Options:
         metric_readers: Sequence[MetricReader] = (),
         set_global: bool = True,
         map: Any = None,  # configure(map=...): a preset name, rule file, RuleSet, Mapper
+        export_process: bool | None = None,
     ) -> Options:
         """configure()'s arguments merged with the environment; raises ValueError for a
         value that cannot be meant, naming where it came from."""
@@ -203,4 +207,4 @@ class Options:
             handle_sigterm=handle_sigterm, set_global=set_global,
             trace_exporters=tuple(trace_names), metric_exporters=tuple(metric_names),
             span_exporters=tuple(span_exporters), metric_readers=tuple(metric_readers),
-            mapper=mapper_for(map))
+            mapper=mapper_for(map), export_process=export_process)

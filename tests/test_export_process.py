@@ -1,0 +1,189 @@
+"""The export process: configure() packs each span once, a child exports OTLP to a real
+gRPC receiver on 127.0.0.1 and draws the .rrd; every span is delivered or counted."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from otel_proofscope.instrumentation import ActivationStats
+from otel_proofscope.pipeline.drops import DROPS
+from otel_proofscope.pipeline.multi_sink import MultiSinkBatchSpanProcessor
+from otel_proofscope.pipeline.privacy import local
+from otel_proofscope.rerun import readback
+from otel_proofscope.rerun.export_process import ExportProcessSpanExporter
+from otel_proofscope.semconv import DropReason
+from otel_proofscope.setup import Telemetry, configure
+from tests.test_fast_otlp import _dead_port, _GrpcReceiver, blackhole, grpc_receiver
+
+__all__ = ["blackhole", "grpc_receiver"]  # fixtures, used by name
+
+
+def _prove(telemetry: Telemetry, layers: int = 3, *, system: str = "gkr") -> None:
+    tracer = telemetry.tracer
+    with tracer.proof(system=system, layers=layers):
+        for i in range(layers):
+            with tracer.layer(index=i, kind="MatMul", rounds=2):
+                tracer.sumcheck_round(0, [1, 2], 3)
+                tracer.sumcheck_round(1, [4, 5], 6)
+
+
+def _route(telemetry: Telemetry) -> MultiSinkBatchSpanProcessor:
+    procs = [p for p in telemetry.span_processors if isinstance(p, MultiSinkBatchSpanProcessor)]
+    assert len(procs) == 1
+    return procs[0]
+
+
+@pytest.fixture
+def env(monkeypatch: pytest.MonkeyPatch) -> Iterator[pytest.MonkeyPatch]:
+    monkeypatch.delenv("PROOFSCOPE_EXPORT_PROCESS", raising=False)
+    monkeypatch.setenv("OTEL_METRICS_EXPORTER", "rerun")
+    yield monkeypatch
+
+
+def test_every_span_reaches_the_receiver_intact_and_the_rrd(
+        env: pytest.MonkeyPatch, tmp_path: Path,
+        grpc_receiver: tuple[_GrpcReceiver, int]) -> None:
+    receiver, port = grpc_receiver
+    env.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{port}")
+    env.setenv("OTEL_EXPORTER_OTLP_HEADERS", "x-tenant=proofs")
+    memory = InMemorySpanExporter()
+    rrd = tmp_path / "route.rrd"
+    telemetry = configure(rerun=f"file:{rrd}", export_process=True, set_global=False,
+                          service_name="prover-x", span_exporters=[("mem", local(memory))])
+    route = _route(telemetry)
+    assert route.sinks == ("otlp", "rerun")
+    assert isinstance(route.exporter, ExportProcessSpanExporter)
+    # One processor for both sinks: no OTLP exporter in this process.
+    assert sorted(p.sink for p in telemetry.span_processors) == ["mem", "otlp+rerun"]
+    _prove(telemetry, layers=4)
+    report = telemetry.shutdown(timeout_s=20)
+
+    sent = memory.get_finished_spans()
+    assert len(sent) == 5
+    assert report.spans_exported == {"otlp": 5, "rerun": 5, "mem": 5}
+    assert report.events_exported["otlp"] == 8
+    assert DROPS.total() == 0
+    got = {sp.span_id: (rs.resource, ss.scope, ss.schema_url, rs.schema_url, sp)
+           for req in receiver.requests for rs in req.resource_spans
+           for ss in rs.scope_spans for sp in ss.spans}
+    assert len(got) == 5
+    for span in sent:  # each span exactly as the official encoder writes it
+        want = encode_spans([span]).resource_spans[0]
+        scope_spans = want.scope_spans[0]
+        assert got[scope_spans.spans[0].span_id] == (
+            want.resource, scope_spans.scope, scope_spans.schema_url, want.schema_url,
+            scope_spans.spans[0])
+    assert all(md.get("x-tenant") == "proofs" for md in receiver.metadata)
+    rec = readback.read(rrd)
+    assert "/gkr/walk/nodes" in rec.paths()
+    # The Rerun metric exporter shares the child: one recording.
+    assert readback.recording_count(rrd) == 1
+    assert any(p.startswith("/proof/") for p in rec.paths())
+
+
+def test_environment_switch_and_otlp_only(env: pytest.MonkeyPatch, tmp_path: Path,
+                                          grpc_receiver: tuple[_GrpcReceiver, int]) -> None:
+    receiver, port = grpc_receiver
+    env.setenv("PROOFSCOPE_EXPORT_PROCESS", "1")
+    env.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{port}")
+    env.setenv("OTEL_METRICS_EXPORTER", "none")
+    telemetry = configure(set_global=False, out_dir=tmp_path)
+    assert _route(telemetry).sinks == ("otlp",)
+    _prove(telemetry)
+    report = telemetry.shutdown(timeout_s=20)
+    assert report.spans_exported == {"otlp": 4}
+    assert sum(len(ss.spans) for r in receiver.requests for rs in r.resource_spans
+               for ss in rs.scope_spans) == 4
+    assert DROPS.total() == 0
+    assert report.trace_line == ""
+
+
+def test_off_by_default(env: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    env.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{_dead_port()}")
+    telemetry = configure(set_global=False, rerun="off", out_dir=tmp_path)
+    assert not any(isinstance(p, MultiSinkBatchSpanProcessor)
+                   for p in telemetry.span_processors)
+    telemetry.shutdown(timeout_s=1)
+    DROPS.reset()
+
+
+@pytest.mark.parametrize("collector", ["dead", "silent"])
+def test_a_dead_collector_is_counted_within_the_bound_and_rerun_still_draws(
+        env: pytest.MonkeyPatch, tmp_path: Path, blackhole: int, collector: str) -> None:
+    port = _dead_port() if collector == "dead" else blackhole
+    env.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{port}")
+    rrd = tmp_path / "dead.rrd"
+    bound = 3.0
+    telemetry = configure(rerun=f"file:{rrd}", export_process=True, set_global=False,
+                          shutdown_timeout_s=bound)
+    start = time.perf_counter()
+    for _ in range(3):
+        _prove(telemetry, layers=5)
+    proving = time.perf_counter() - start
+    start = time.monotonic()
+    report = telemetry.shutdown()
+    took = time.monotonic() - start
+    assert took < bound + 1.0
+    assert proving < 2.0  # the prover never waits for the collector
+    spans, events = 18, 30
+    assert report.spans_exported["otlp"] == 0
+    assert DROPS.total(signal="spans", sink="otlp") == spans
+    assert DROPS.total(signal="span_events", sink="otlp") == events
+    assert report.spans_exported["rerun"] == spans
+    assert DROPS.total(sink="rerun") == 0
+    assert "/gkr/walk/nodes" in readback.read(rrd).paths()
+    reasons = {k.reason for k in DROPS.snapshot()}
+    assert reasons <= {DropReason.EXPORT_FAILED, DropReason.SHUTDOWN}
+
+
+def test_a_killed_child_counts_what_each_sink_did_not_settle(
+        env: pytest.MonkeyPatch, tmp_path: Path,
+        grpc_receiver: tuple[_GrpcReceiver, int]) -> None:
+    _receiver, port = grpc_receiver
+    env.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{port}")
+    telemetry = configure(rerun=f"file:{tmp_path / 'k.rrd'}", export_process=True,
+                          set_global=False)
+    exporter: Any = _route(telemetry).exporter
+    _prove(telemetry)
+    assert telemetry.force_flush(20)
+    os.kill(exporter.worker.proc.pid, signal.SIGKILL)
+    exporter.worker.proc.wait(10)
+    _prove(telemetry, layers=2, system="late")
+    start = time.monotonic()
+    report = telemetry.shutdown(timeout_s=5)
+    assert time.monotonic() - start < 2.0
+    assert report.spans_exported["otlp"] == report.spans_exported["rerun"] == 4
+    for sink in ("otlp", "rerun"):
+        assert DROPS.total(signal="spans", sink=sink) == 3
+        assert DROPS.total(signal="span_events", sink=sink) == 4
+    assert {k.reason for k in DROPS.snapshot()} == {DropReason.SINK_UNAVAILABLE}
+
+
+def test_witness_events_stay_out_of_otlp_and_are_counted(
+        env: pytest.MonkeyPatch, tmp_path: Path,
+        grpc_receiver: tuple[_GrpcReceiver, int]) -> None:
+    receiver, port = grpc_receiver
+    env.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{port}")
+    telemetry = configure(rerun=f"file:{tmp_path / 'w.rrd'}", export_process=True,
+                          capture_witness=True, set_global=False)
+    with telemetry.tracer.proof(system="gkr", layers=1), \
+            telemetry.tracer.layer(index=0, kind="MatMul", rounds=1):
+        telemetry.tracer.sumcheck_round(0, [1, 2], 3)
+        telemetry.tracer.layer_activation(ActivationStats(0.5, 0.1, 0.0, 1.0, 0.2, [0.3]))
+        telemetry.tracer.attention_heatmap(0, 1, [[0.5, 0.5], [0.1, 0.9]])
+    report = telemetry.shutdown(timeout_s=20)
+    names = {ev.name for r in receiver.requests for rs in r.resource_spans
+             for ss in rs.scope_spans for sp in ss.spans for ev in sp.events}
+    assert names == {"proof.sumcheck.round"}
+    assert report.witness_by_sink == {"otlp": 2} and report.witness_events_withheld == 2
+    assert report.events_exported["otlp"] == 1
+    assert DROPS.total() == 0
