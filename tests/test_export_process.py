@@ -3,6 +3,7 @@ gRPC receiver on 127.0.0.1 and draws the .rrd; every span is delivered or counte
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import time
@@ -187,3 +188,56 @@ def test_witness_events_stay_out_of_otlp_and_are_counted(
     assert report.witness_by_sink == {"otlp": 2} and report.witness_events_withheld == 2
     assert report.events_exported["otlp"] == 1
     assert DROPS.total() == 0
+
+
+def _forked_prover(telemetry: Telemetry, results: Any) -> None:
+    """A multiprocessing worker forked after configure(): proves, then reports its own
+    losses and warnings and stays alive while the parent shuts down."""
+    said: list[str] = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = lambda record: said.append(record.getMessage())  # type: ignore[method-assign]
+    logging.getLogger("otel_proofscope.rerun").addHandler(handler)
+    _prove(telemetry, layers=2, system="fork")
+    for p in telemetry.span_processors:
+        p.shutdown(10_000)  # what the worker's exit does (pipeline/fork_exit.py)
+    results.put((DROPS.total(signal="spans", sink="rerun"),
+                 DROPS.total(signal="span_events", sink="rerun"),
+                 DROPS.total(sink="otlp"),
+                 sum("was forked from the one that owns" in m for m in said)))
+    time.sleep(6)
+
+
+def test_a_forked_worker_exports_its_otlp_through_its_own_child_and_counts_rerun(
+        env: pytest.MonkeyPatch, tmp_path: Path,
+        grpc_receiver: tuple[_GrpcReceiver, int]) -> None:
+    import multiprocessing
+
+    receiver, port = grpc_receiver
+    env.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{port}")
+    rrd = tmp_path / "fork.rrd"
+    telemetry = configure(rerun=f"file:{rrd}", export_process=True, set_global=False)
+    ctx = multiprocessing.get_context("fork")
+    results = ctx.Queue()
+    worker = ctx.Process(target=_forked_prover, args=(telemetry, results), daemon=True)
+    worker.start()
+    try:
+        # The fork's own 3 spans and 4 round events: not drawn, counted, said once;
+        # delivered over OTLP by its own export process (its shutdown waited for it).
+        assert results.get(timeout=30) == (3, 4, 0, 1)
+        _prove(telemetry)
+        start = time.monotonic()
+        report = telemetry.shutdown(timeout_s=3)
+        took = time.monotonic() - start
+        assert worker.is_alive()  # still holding whatever it inherited
+    finally:
+        worker.kill()
+        worker.join(5)
+    assert took < 2.0  # the fork's inherited pipe did not hold up the parent's child
+    assert report.spans_exported == {"otlp": 4, "rerun": 4}
+    assert DROPS.total() == 0
+    systems = [a.value.string_value for r in receiver.requests for rs in r.resource_spans
+               for ss in rs.scope_spans for sp in ss.spans for a in sp.attributes
+               if a.key == "proof.system"]
+    assert sorted(systems) == ["fork", "gkr"]
+    proofs = {p for p in readback.read(rrd).paths() if p.startswith("/proof/progress/")}
+    assert len(proofs) == 1, proofs  # the parent's proof only

@@ -26,10 +26,12 @@ of the same target shares this child (one recording).
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sys
+import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan
@@ -39,9 +41,17 @@ from otel_proofscope.ledger import DROPS, DropLedger
 from otel_proofscope.pipeline.privacy import WitnessFilter
 from otel_proofscope.rerun import process
 from otel_proofscope.rerun.exporter import RerunSpanExporterBase
-from otel_proofscope.rerun.process import DEFAULT_QUEUE_BYTES, Counts, RerunWorker, WorkerBackend
+from otel_proofscope.rerun.process import (
+    DEFAULT_QUEUE_BYTES,
+    METRICS,
+    Counts,
+    RerunWorker,
+    WorkerBackend,
+)
 from otel_proofscope.rerun.sink import LEDGER_SINK, parse_target
 from otel_proofscope.semconv import DropReason
+
+_log = logging.getLogger(__name__)
 
 ENV_SWITCH = "PROOFSCOPE_EXPORT_PROCESS"
 OTLP_SINK = "otlp"
@@ -104,8 +114,73 @@ class ExportWorker(RerunWorker):
         # Witness events the child's OTLP stage withheld, as it reports them: the exit
         # report reads them as it reads every sink's WitnessFilter (never "exported").
         self.witness = WitnessFilter(_Nowhere(), OTLP_SINK)
+        self._queue_bytes = queue_bytes
+        self._fork_otlp: ExportWorker | None = None
+        self._fork_lock = threading.Lock()
+        self._fork_warned = False
         super().__init__(parse_target(config.rerun_target), queue_bytes=queue_bytes,
                          ledger=ledger, argv=config.argv())
+
+    # ── in a forked process (a multiprocessing worker) ───────────────────────────────
+    # The parent's child and its pipes belong to the parent (the base class closed this
+    # process's copies). The Rerun view stays the parent's: this process's spans are
+    # counted as not drawn, as on the Rerun child route. OTLP need not be lost: the
+    # first batch starts an OTLP-only export process of this process's own.
+
+    def _after_fork_in_child(self) -> None:
+        super()._after_fork_in_child()
+        self._fork_otlp = None
+        self._fork_lock = threading.Lock()
+        self._fork_warned = False
+
+    def _otlp_of_fork(self) -> ExportWorker | None:
+        if self.config.otlp_protocol is None:
+            return None
+        with self._fork_lock:
+            if self._fork_otlp is None:
+                self._fork_otlp = ExportWorker(replace(self.config, rerun_target="off"),
+                                               queue_bytes=self._queue_bytes,
+                                               ledger=self._ledger)
+            return self._fork_otlp
+
+    def submit(self, kind: int, payload: bytes, counts: Counts) -> bool:
+        if not self._forked:
+            return super().submit(kind, payload, counts)
+        if LEDGER_SINK in self.span_sinks or kind == METRICS:
+            process._lose(self._ledger, counts, DropReason.SINK_UNAVAILABLE,
+                          (LEDGER_SINK,) if LEDGER_SINK in self.span_sinks else ())
+            if not self._fork_warned:
+                self._fork_warned = True
+                _log.warning("export process: this process was forked from the one that "
+                             "owns the Rerun view of %s; its own spans are not drawn "
+                             "(counted in proofscope.dropped as sink_unavailable); OTLP "
+                             "export goes through an export process of its own",
+                             self.target.name)
+        if kind == METRICS or self.config.otlp_protocol is None:
+            return False
+        try:
+            own = self._otlp_of_fork()
+        except Exception as exc:  # cannot start a process: counted, never raised
+            _log.warning("export process: cannot start one for a forked process: %r", exc)
+            own = None
+        if own is None:
+            process._lose(self._ledger, counts, DropReason.SINK_UNAVAILABLE, (OTLP_SINK,))
+            return False
+        return own.submit(kind, payload, Counts(counts.spans, counts.span_events))
+
+    def flush(self, timeout_s: float) -> bool:
+        if not self._forked:
+            return super().flush(timeout_s)
+        own = self._fork_otlp
+        return own.flush(timeout_s) if own is not None else True
+
+    def close(self, timeout_s: float) -> None:
+        if not self._forked:
+            super().close(timeout_s)
+            return
+        own = self._fork_otlp
+        if own is not None:
+            own.close(timeout_s)
 
     def _applied_report(self, report: dict[str, Any]) -> None:
         withheld = report.get("withheld")

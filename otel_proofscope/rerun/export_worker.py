@@ -17,8 +17,10 @@ process does the rest: it unpacks each frame once and hands the same spans to
 * the Rerun sink, exactly as :mod:`otel_proofscope.rerun.worker` does (when a target
   is configured).
 
-A dead collector fills only the OTLP stage's queue (drops counted there); the Rerun
-sink's backpressure drains the Rerun sink only, so the view keeps drawing.
+Neither sink waits for the other: a dead collector fills only the OTLP stage's queue,
+and a Rerun view slower than the prover fills only the Rerun sink's queue (each drops
+what does not fit, counted under its own sink). So the frame loop never blocks on a
+sink and reads frames as fast as they come.
 
 Reports (JSON lines on the private stdout) add to the Rerun worker's what each sink has
 settled (``sink_settled``: exported or counted lost) and the witness events the OTLP
@@ -47,7 +49,6 @@ from otel_proofscope.rerun.process import CLOSE, Counts
 from otel_proofscope.rerun.sink import DEFAULT_QUEUE, LEDGER_SINK, RerunSink, SinkStats
 from otel_proofscope.rerun.sink import parse_target as parse_rerun_target
 from otel_proofscope.rerun.worker import (
-    DRAIN_TIMEOUT_S,
     Worker,
     child_pipes,
     shutdown_timeout,
@@ -179,15 +180,13 @@ class ExportWorker(Worker):
         super().handle(kind, count, extra, payload)
 
     def _make_room(self, n: int) -> None:
-        # Only the Rerun sink is drained for backpressure: the OTLP stage has a bounded
-        # queue of its own, and a dead collector must not stall the view.
-        if self.sinks.rerun is None:
+        # With OTLP here, the frame loop never waits for the Rerun sink: a slow view
+        # would hold up OTLP too (measured: at the shutdown deadline the frames still
+        # unread were lost for both sinks). The Rerun sink's own bounded queue then
+        # drops, counted under its name, what it cannot draw in time.
+        if self.sinks.otlp is not None or self.sinks.rerun is None:
             return
-        self._pending += n
-        if self._pending > self._capacity:
-            self.sinks.flush_rerun(DRAIN_TIMEOUT_S)
-            self._pending = n
-            self.report()
+        super()._make_room(n)
 
     def _lose_spans(self, spans: int, events: int, reason: str) -> None:
         for sink in self.span_sinks:
