@@ -3,6 +3,7 @@ gRPC receiver on 127.0.0.1 and draws the .rrd; every span is delivered or counte
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -156,6 +157,7 @@ def test_a_killed_child_counts_what_each_sink_did_not_settle(
     exporter: Any = _route(telemetry).exporter
     _prove(telemetry)
     assert telemetry.force_flush(20)
+    assert exporter.force_flush(20_000)  # the child settled them: none may count lost
     os.kill(exporter.worker.proc.pid, signal.SIGKILL)
     exporter.worker.proc.wait(10)
     _prove(telemetry, layers=2, system="late")
@@ -241,3 +243,50 @@ def test_a_forked_worker_exports_its_otlp_through_its_own_child_and_counts_rerun
     assert sorted(systems) == ["fork", "gkr"]
     proofs = {p for p in readback.read(rrd).paths() if p.startswith("/proof/progress/")}
     assert len(proofs) == 1, proofs  # the parent's proof only
+
+
+def test_spans_a_receiver_rejects_are_counted_once_and_not_delivered(
+        env: pytest.MonkeyPatch, tmp_path: Path,
+        grpc_receiver: tuple[_GrpcReceiver, int]) -> None:
+    receiver, port = grpc_receiver
+    receiver.rejected = 1  # every response: one span refused (partial success)
+    env.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{port}")
+    env.setenv("OTEL_METRICS_EXPORTER", "none")
+    telemetry = configure(rerun=f"file:{tmp_path / 'r.rrd'}", export_process=True,
+                          set_global=False)
+    _prove(telemetry)
+    report = telemetry.shutdown(timeout_s=20)
+    requests = len(receiver.requests)
+    assert requests >= 1
+    assert DROPS.total(signal="spans", sink="otlp", reason=DropReason.INVALID) == requests
+    assert DROPS.total() == requests
+    assert report.spans_exported == {"otlp": 4 - requests, "rerun": 4}
+
+
+def test_a_stuck_child_is_killed_at_the_deadline_and_each_sink_adds_up(
+        env: pytest.MonkeyPatch, tmp_path: Path,
+        grpc_receiver: tuple[_GrpcReceiver, int]) -> None:
+    _receiver, port = grpc_receiver
+    env.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{port}")
+    env.setenv("OTEL_METRICS_EXPORTER", "none")
+    telemetry = configure(rerun=f"file:{tmp_path / 's.rrd'}", export_process=True,
+                          set_global=False)
+    exporter: Any = _route(telemetry).exporter
+    _prove(telemetry)
+    assert telemetry.force_flush(20)
+    assert exporter.force_flush(20_000)  # the child settled them: none may count lost
+    os.kill(exporter.worker.proc.pid, signal.SIGSTOP)  # alive, but reads nothing
+    try:
+        _prove(telemetry, layers=5, system="late")
+        start = time.monotonic()
+        report = telemetry.shutdown(timeout_s=1.5)
+        took = time.monotonic() - start
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(exporter.worker.proc.pid, signal.SIGKILL)
+    assert took < 2.5
+    for sink in ("otlp", "rerun"):
+        assert report.spans_exported[sink] == 4
+        assert DROPS.total(signal="spans", sink=sink, reason=DropReason.SHUTDOWN) == 6
+        assert DROPS.total(signal="span_events", sink=sink) == 10
+    assert DROPS.total() == 2 * (6 + 10)

@@ -39,7 +39,7 @@ from typing import Any, BinaryIO
 
 from opentelemetry.sdk.metrics.export import MetricsData
 from opentelemetry.sdk.trace import ReadableSpan
-from opentelemetry.sdk.trace.export import SpanExporter
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from otel_proofscope.ledger import DropLedger
 from otel_proofscope.pipeline.fast_otlp import FastOTLPSpanExporter
@@ -58,42 +58,86 @@ from otel_proofscope.semconv import DropReason
 _log = logging.getLogger("otel_proofscope.rerun.export_worker")
 
 OTLP_SINK = "otlp"
+#: How often the child reports progress unasked: what it settled since is what the
+#: parent would count lost (not delivered) if the child were killed at the deadline.
+REPORT_INTERVAL_S = 0.25
+
+
+class ProgressLedger(DropLedger):
+    """The child's ledger: every loss is recorded under :attr:`progress`, the lock under
+    which a report reads what each sink settled, so a report never holds a loss in one
+    figure and not the other (the parent would count it twice, or as delivered)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.progress = threading.RLock()
+
+    def record(self, signal: str, sink: str, reason: str, count: int = 1) -> None:
+        with self.progress:
+            super().record(signal, sink, reason, count)
+
+
+class _Rejections(SpanExporter):
+    """Moves the spans a receiver rejected (partial success: delivered, then refused;
+    the exporter records them in its own ledger) into the child's ledger, under the
+    progress lock, counting them: a report subtracts them from the delivered spans."""
+
+    def __init__(self, inner: SpanExporter, rejections: DropLedger,
+                 ledger: ProgressLedger) -> None:
+        self.inner = inner
+        self._rejections = rejections
+        self._ledger = ledger
+        self.moved = 0
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        result = self.inner.export(spans)
+        rejected = self._rejections.total(signal="spans")
+        if rejected:
+            self._rejections.reset()
+            with self._ledger.progress:
+                self._ledger.record("spans", OTLP_SINK, DropReason.INVALID, rejected)
+                self.moved += rejected
+        return result
+
+    def shutdown(self) -> None:
+        self.inner.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        return self.inner.force_flush(timeout_millis)
 
 
 class OtlpStage:
     """The OTLP sink of the child: a bounded queue and export thread of its own."""
 
-    def __init__(self, exporter: SpanExporter | None, *, export_witness: bool, queue: int,
-                 ledger: DropLedger) -> None:
+    def __init__(self, exporter: SpanExporter | None, rejections: DropLedger, *,
+                 export_witness: bool, queue: int, ledger: ProgressLedger) -> None:
         self._ledger = ledger
         self.filter = None if export_witness or exporter is None \
             else WitnessFilter(exporter, OTLP_SINK)
-        self.processor = None if exporter is None else BoundedBatchSpanProcessor(
-            self.filter or exporter, sink=OTLP_SINK, max_queue_size=queue, ledger=ledger)
-        self.submitted = Counts()
-        self.refused = Counts()  # no exporter: every span is lost on arrival
+        self.rejections = None if exporter is None \
+            else _Rejections(self.filter or exporter, rejections, ledger)
+        self.processor = None if self.rejections is None else BoundedBatchSpanProcessor(
+            self.rejections, sink=OTLP_SINK, max_queue_size=queue, ledger=ledger)
 
     def submit(self, spans: Sequence[ReadableSpan]) -> None:
-        events = sum(len(s.events) for s in spans)
         if self.processor is None:
+            events = sum(len(s.events) for s in spans)
             self._ledger.record("spans", OTLP_SINK, DropReason.EXPORT_FAILED, len(spans))
             self._ledger.record("span_events", OTLP_SINK, DropReason.EXPORT_FAILED, events)
-            self.refused.add(Counts(len(spans), events))
             return
         on_end = self.processor.on_end
         for span in spans:
             on_end(span)
-        self.submitted.add(Counts(len(spans), events))
 
-    def pending(self) -> Counts:
-        """Submitted and neither exported nor counted lost yet."""
-        if self.processor is None:
-            return Counts()
+    def exported(self) -> tuple[Counts, int]:
+        """Spans and events the processor saw exported (a batch abandoned at the
+        deadline is not: it counted it lost), and the rejected spans among them; call
+        under the ledger's ``progress`` lock."""
+        if self.processor is None or self.rejections is None:
+            return Counts(), 0
         stats = self.processor.stats
         with stats.lock:
-            done = Counts(stats.spans + stats.lost_spans, stats.events + stats.lost_events)
-        return Counts(self.submitted.spans - done.spans,
-                      self.submitted.span_events - done.span_events)
+            return Counts(stats.spans, stats.events), self.rejections.moved
 
     @property
     def withheld(self) -> int:
@@ -165,13 +209,32 @@ class ExportWorker(Worker):
 
     KINDS = (*Worker.KINDS, CLOSE)
 
-    def __init__(self, sinks: ExportSinks, ledger: DropLedger, report: BinaryIO,
+    def __init__(self, sinks: ExportSinks, ledger: ProgressLedger, report: BinaryIO,
                  capacity: int) -> None:
         super().__init__(sinks, ledger, report, capacity)
+        self.progress = ledger.progress
         self.sinks = sinks
         self.span_sinks = tuple(name for name, on in ((LEDGER_SINK, sinks.rerun is not None),
                                                       (OTLP_SINK, sinks.otlp is not None))
                                 if on)
+        self._report_lock = threading.Lock()
+        self._done = threading.Event()
+        self._last: Any = None
+        self._rerun_settled = Counts()
+        self._rerun_drops: dict[Any, int] = {}
+
+    def run(self, frames: BinaryIO, close_timeout_s: float) -> int:
+        ticker = threading.Thread(target=self._tick, daemon=True,
+                                  name="proofscope-export-reports")
+        ticker.start()
+        try:
+            return super().run(frames, close_timeout_s)
+        finally:
+            self._done.set()
+
+    def _tick(self) -> None:
+        while not self._done.wait(REPORT_INTERVAL_S):
+            self.report(only_if_changed=True)
 
     def handle(self, kind: int, count: int, extra: int, payload: bytes) -> None:
         if kind == CLOSE:
@@ -193,34 +256,61 @@ class ExportWorker(Worker):
             self.ledger.record("spans", sink, reason, spans)
             self.ledger.record("span_events", sink, reason, events)
 
-    def report(self, *, flush: int | None = None, ok: bool = True, final: bool = False) -> None:
-        drops = [[k.signal, k.sink, k.reason, n] for k, n in self.ledger.snapshot().items()]
-        stats = self.sink.stats
-        line: dict[str, Any] = {
-            "settled": self.received.as_dict(), "drops": drops, "flush": flush, "ok": ok,
-            "final": final, "drawn": [stats.spans_drawn, stats.orphans]}
-        otlp = self.sinks.otlp
-        if otlp is not None:
-            pending = otlp.pending()
-            line["sink_settled"] = {OTLP_SINK: {
-                "spans": self.received.spans - pending.spans,
-                "span_events": self.received.span_events - pending.span_events,
-                "metric_points": 0}}
-            line["withheld"] = otlp.withheld
-        try:
-            self._report.write(json.dumps(line).encode() + b"\n")
-            self._report.flush()
-        except OSError:
-            pass  # the parent is gone; nobody is left to tell
+    def report(self, *, flush: int | None = None, ok: bool = True, final: bool = False,
+               only_if_changed: bool = False) -> None:
+        # From the frame loop and the ticker thread: one line at a time, in order.
+        with self._report_lock:
+            if final:
+                self._done.set()
+            elif self._done.is_set() and only_if_changed:
+                return  # the final report is written or being written
+            with self.progress:  # settled and lost: one consistent snapshot
+                drops = self.ledger.snapshot()
+                otlp = self.sinks.otlp
+                exported, rejected = otlp.exported() if otlp is not None else (Counts(), 0)
+            if not only_if_changed and (ok or final):
+                # The Rerun sink drew (or counted lost) everything it was given: only
+                # after a flush or its close is what it received settled, with the
+                # Rerun losses as of then. The ticker repeats both, so a kill counts
+                # the rest lost, once.
+                self._rerun_settled = Counts(**self.received.as_dict())
+                self._rerun_drops = {k: n for k, n in drops.items() if k.sink != OTLP_SINK}
+            entries = [[k.signal, k.sink, k.reason, n] for k, n in (
+                *self._rerun_drops.items(),
+                *((k, n) for k, n in drops.items() if k.sink == OTLP_SINK))]
+            stats = self.sink.stats
+            line: dict[str, Any] = {
+                "settled": self._rerun_settled.as_dict(), "drops": entries,
+                "drawn": [stats.spans_drawn, stats.orphans]}
+            if otlp is not None:
+                # Exported, or counted lost in the snapshot: settled for OTLP. The
+                # rejected spans are in both figures: once only.
+                lost = {sig: sum(n for k, n in drops.items()
+                                 if k.sink == OTLP_SINK and k.signal == sig)
+                        for sig in ("spans", "span_events")}
+                line["sink_settled"] = {OTLP_SINK: {
+                    "spans": exported.spans + lost["spans"] - rejected,
+                    "span_events": exported.span_events + lost["span_events"],
+                    "metric_points": 0}}
+                line["withheld"] = otlp.withheld
+            if only_if_changed and line == self._last:
+                return
+            self._last = line
+            line = {**line, "flush": flush, "ok": ok, "final": final}
+            try:
+                self._report.write(json.dumps(line).encode() + b"\n")
+                self._report.flush()
+            except OSError:
+                pass  # the parent is gone; nobody is left to tell
 
 
-def otlp_exporter(config: dict[str, Any], ledger: DropLedger) -> SpanExporter | None:
+def otlp_exporter(config: dict[str, Any], rejections: DropLedger) -> SpanExporter | None:
     """The OTLP exporter ``configure()`` would have built, or None (logged) if the
     settings cannot make one: every span is then counted lost for OTLP."""
     try:
         return FastOTLPSpanExporter(protocol=str(config["protocol"]),
                                     timeout=float(config["timeout"]), sink=OTLP_SINK,
-                                    ledger=ledger)
+                                    ledger=rejections)
     except Exception as exc:
         _log.warning("cannot export OTLP: %r; every span is counted lost for OTLP", exc)
         return None
@@ -237,14 +327,15 @@ def main(argv: list[str] | None = None) -> int:
     timeout = shutdown_timeout()
     # The parent's ledger logs these losses once they are reported; not twice.
     logging.getLogger("otel_proofscope.drops").disabled = True
-    ledger = DropLedger()
+    ledger = ProgressLedger()
     target = parse_rerun_target(config.get("target") or "off")
     capacity = max(1, int(config.get("rerun_queue") or DEFAULT_QUEUE))
     rerun = RerunSink(target, queue_size=capacity, ledger=ledger) \
         if target.kind != "off" else None
     otlp = None
     if config.get("otlp"):
-        otlp = OtlpStage(otlp_exporter(config["otlp"], ledger),
+        rejections = DropLedger()  # the receiver's, moved to ``ledger`` by _Delivered
+        otlp = OtlpStage(otlp_exporter(config["otlp"], rejections), rejections,
                          export_witness=bool(config.get("export_witness")),
                          queue=max(1, int(config.get("otlp_queue") or DEFAULT_QUEUE)),
                          ledger=ledger)
