@@ -67,6 +67,10 @@ def test_every_span_reaches_the_receiver_intact_and_the_rrd(
     # One processor for both sinks: no OTLP exporter in this process.
     assert sorted(p.sink for p in telemetry.span_processors) == ["mem", "otlp+rerun"]
     _prove(telemetry, layers=4)
+    # A flush returns once the child delivered, as the in-process exporter's does.
+    assert telemetry.force_flush(20)
+    assert sum(len(ss.spans) for r in receiver.requests for rs in r.resource_spans
+               for ss in rs.scope_spans) == 5
     report = telemetry.shutdown(timeout_s=20)
 
     sent = memory.get_finished_spans()

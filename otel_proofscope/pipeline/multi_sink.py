@@ -9,6 +9,7 @@ count, less what that sink lost (:meth:`ExportStats.delivered` per sink).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -35,3 +36,17 @@ class MultiSinkBatchSpanProcessor(BoundedBatchSpanProcessor):
         for sink in self.sinks:
             self._ledger.record("spans", sink, reason, len(spans))
             self._ledger.record("span_events", sink, reason, events)
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        """Drain the queue into the exporter, then flush the exporter (the export process
+        reports back once its sinks delivered), within ``timeout_millis`` in all: as
+        with the in-process OTLP exporter, a True means delivered, not only handed on."""
+        deadline = time.monotonic() + timeout_millis / 1000
+        ok = super().force_flush(timeout_millis)
+        left = int((deadline - time.monotonic()) * 1000)
+        if left <= 0:
+            return False
+        try:
+            return bool(self.exporter.force_flush(left)) and ok
+        except Exception:  # an exporter's flush must not raise into the caller
+            return False

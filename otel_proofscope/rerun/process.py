@@ -374,8 +374,8 @@ class RerunWorker:
             sent = self._sent
             # Per sink: what was sent and that sink never settled (a sink that is slower
             # than another, OTLP to a dead collector, has more of it).
-            lost_by_sink = {sink: Counts(sent.spans - done.spans,
-                                         sent.span_events - done.span_events, 0)
+            lost_by_sink = {sink: Counts(max(0, sent.spans - done.spans),
+                                         max(0, sent.span_events - done.span_events), 0)
                             for sink, done in self._settled.items()}
             rerun_done = self._settled.get(LEDGER_SINK, next(iter(self._settled.values())))
             metric_points = sent.metric_points - rerun_done.metric_points
