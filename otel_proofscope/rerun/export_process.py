@@ -31,19 +31,19 @@ import os
 import sys
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from otel_proofscope.ledger import DROPS, DropLedger
-from otel_proofscope.pipeline.privacy import WitnessFilter
+from otel_proofscope.pipeline.forking import after_fork_in_child
+from otel_proofscope.pipeline.privacy import WitnessFilter, strip_witness
 from otel_proofscope.rerun import process
 from otel_proofscope.rerun.exporter import RerunSpanExporterBase
 from otel_proofscope.rerun.process import (
     DEFAULT_QUEUE_BYTES,
-    METRICS,
     Counts,
     RerunWorker,
     WorkerBackend,
@@ -114,73 +114,8 @@ class ExportWorker(RerunWorker):
         # Witness events the child's OTLP stage withheld, as it reports them: the exit
         # report reads them as it reads every sink's WitnessFilter (never "exported").
         self.witness = WitnessFilter(_Nowhere(), OTLP_SINK)
-        self._queue_bytes = queue_bytes
-        self._fork_otlp: ExportWorker | None = None
-        self._fork_lock = threading.Lock()
-        self._fork_warned = False
         super().__init__(parse_target(config.rerun_target), queue_bytes=queue_bytes,
                          ledger=ledger, argv=config.argv())
-
-    # ── in a forked process (a multiprocessing worker) ───────────────────────────────
-    # The parent's child and its pipes belong to the parent (the base class closed this
-    # process's copies). The Rerun view stays the parent's: this process's spans are
-    # counted as not drawn, as on the Rerun child route. OTLP need not be lost: the
-    # first batch starts an OTLP-only export process of this process's own.
-
-    def _after_fork_in_child(self) -> None:
-        super()._after_fork_in_child()
-        self._fork_otlp = None
-        self._fork_lock = threading.Lock()
-        self._fork_warned = False
-
-    def _otlp_of_fork(self) -> ExportWorker | None:
-        if self.config.otlp_protocol is None:
-            return None
-        with self._fork_lock:
-            if self._fork_otlp is None:
-                self._fork_otlp = ExportWorker(replace(self.config, rerun_target="off"),
-                                               queue_bytes=self._queue_bytes,
-                                               ledger=self._ledger)
-            return self._fork_otlp
-
-    def submit(self, kind: int, payload: bytes, counts: Counts) -> bool:
-        if not self._forked:
-            return super().submit(kind, payload, counts)
-        if LEDGER_SINK in self.span_sinks or kind == METRICS:
-            process._lose(self._ledger, counts, DropReason.SINK_UNAVAILABLE,
-                          (LEDGER_SINK,) if LEDGER_SINK in self.span_sinks else ())
-            if not self._fork_warned:
-                self._fork_warned = True
-                _log.warning("export process: this process was forked from the one that "
-                             "owns the Rerun view of %s; its own spans are not drawn "
-                             "(counted in proofscope.dropped as sink_unavailable); OTLP "
-                             "export goes through an export process of its own",
-                             self.target.name)
-        if kind == METRICS or self.config.otlp_protocol is None:
-            return False
-        try:
-            own = self._otlp_of_fork()
-        except Exception as exc:  # cannot start a process: counted, never raised
-            _log.warning("export process: cannot start one for a forked process: %r", exc)
-            own = None
-        if own is None:
-            process._lose(self._ledger, counts, DropReason.SINK_UNAVAILABLE, (OTLP_SINK,))
-            return False
-        return own.submit(kind, payload, Counts(counts.spans, counts.span_events))
-
-    def flush(self, timeout_s: float) -> bool:
-        if not self._forked:
-            return super().flush(timeout_s)
-        own = self._fork_otlp
-        return own.flush(timeout_s) if own is not None else True
-
-    def close(self, timeout_s: float) -> None:
-        if not self._forked:
-            super().close(timeout_s)
-            return
-        own = self._fork_otlp
-        if own is not None:
-            own.close(timeout_s)
 
     def _applied_report(self, report: dict[str, Any]) -> None:
         withheld = report.get("withheld")
@@ -219,10 +154,81 @@ class ExportProcessSpanExporter(RerunSpanExporterBase):
         self.worker = acquire(config, queue_bytes)
         super().__init__(parse_target(config.rerun_target), WorkerBackend(self.worker),
                          capture_witness, shutdown_timeout_s)
+        self._in_fork = False
+        self._fork_lock = threading.Lock()
+        self._fork_exporter: SpanExporter | None = None
+        self._fork_warned = False
+        after_fork_in_child(self._after_fork)
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        if self._in_fork:
+            return self._export_in_fork(spans)
         if self._closed and spans:
             self.worker.lose(Counts(len(spans), sum(len(s.events) for s in spans)),
                              DropReason.SHUTDOWN)
             return SpanExportResult.SUCCESS  # counted: not again by the processor
         return super().export(spans)
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        if self._in_fork:
+            return True  # exported synchronously: nothing waits anywhere
+        return super().force_flush(timeout_millis)
+
+    def shutdown(self) -> None:
+        if self._in_fork and self._fork_exporter is not None:
+            self._fork_exporter.shutdown()
+        super().shutdown()
+
+    # ── in a forked process (a multiprocessing worker) ───────────────────────────────
+    # The parent's child and its pipe belong to the parent (the worker closed this
+    # process's copies). The Rerun view stays the parent's: this process's spans are
+    # counted as not drawn, as on the Rerun child route. OTLP is exported from here, on
+    # the processor's thread: an export process of its own starts too slowly (measured:
+    # four forked workers' own export processes missed the 3 s exit bound on 2 busy CPUs
+    # and their spans were lost).
+
+    def _after_fork(self) -> None:
+        self._in_fork = True
+        self._fork_lock = threading.Lock()
+        self._fork_exporter = None
+        self._fork_warned = False
+
+    def _export_in_fork(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        if not spans:
+            return SpanExportResult.SUCCESS
+        counts = Counts(len(spans), sum(len(s.events) for s in spans))
+        sinks = self.config.sinks
+        if LEDGER_SINK in sinks:
+            process._lose(DROPS, counts, DropReason.SINK_UNAVAILABLE, (LEDGER_SINK,))
+            if not self._fork_warned:
+                self._fork_warned = True
+                _log.warning("export process: this process was forked from the one that "
+                             "owns the Rerun view of %s; its own spans are not drawn "
+                             "(counted in proofscope.dropped as sink_unavailable); OTLP "
+                             "is exported from this process", self.target.name)
+        if OTLP_SINK not in sinks:
+            return SpanExportResult.SUCCESS
+        try:
+            exporter = self._otlp_in_fork()
+            out = list(spans)
+            if not self.config.export_witness:
+                out = [strip_witness(s) for s in spans]
+                self.worker.witness.withheld_events += \
+                    counts.span_events - sum(len(s.events) for s in out)
+            ok = exporter.export(out) == SpanExportResult.SUCCESS
+        except Exception as exc:  # never raise into the SDK
+            _log.warning("export process: OTLP export from a forked process failed: %r", exc)
+            ok = False
+        if not ok:
+            process._lose(DROPS, counts, DropReason.EXPORT_FAILED, (OTLP_SINK,))
+        return SpanExportResult.SUCCESS  # delivered, or counted (not again)
+
+    def _otlp_in_fork(self) -> SpanExporter:
+        from otel_proofscope.pipeline.fast_otlp import FastOTLPSpanExporter
+
+        with self._fork_lock:
+            if self._fork_exporter is None:
+                self._fork_exporter = FastOTLPSpanExporter(
+                    protocol=self.config.otlp_protocol, timeout=self.config.otlp_timeout_s,
+                    sink=OTLP_SINK)
+            return self._fork_exporter
