@@ -199,20 +199,26 @@ def _link_record(link: Any) -> tuple[Any, ...]:
             _state(ctx.trace_state), _plain(link.attributes), link.dropped_attributes)
 
 
-def _record_full(s: ReadableSpan, res_i: int, scope_i: int) -> tuple[Any, ...]:
+#: Enum values by member: a dict lookup, where ``.value`` is a Python-level descriptor.
+_KIND_VALUE: dict[Any, int] = {k: k.value for k in SpanKind}
+_CODE_VALUE: dict[Any, int] = {c: c.value for c in StatusCode}
+
+
+def _record_full(s: ReadableSpan, res_i: int, scope_i: int, service: str) -> tuple[Any, ...]:
     (ctx, parent, name, kind, start, end, status, attrs, dropped_attrs, events,
      dropped_events, links, dropped_links) = span_fields(s)
+    state = ctx.trace_state if ctx is not None else None
     return (name, ctx.trace_id if ctx is not None else 0,
             ctx.span_id if ctx is not None else 0,
             parent.span_id if parent is not None else 0,
-            kind.value, start or 0, end or 0,
-            status.status_code.value, status.description,
+            _KIND_VALUE[kind], start or 0, end or 0,
+            _CODE_VALUE[status.status_code], status.description,
             attrs if type(attrs) is dict else _plain(attrs),
             tuple([(n, t, a if type(a) is dict else _plain(a), d)
                    for n, t, a, d in events_fields(events)]),
-            _service(s.resource), parent is not None and parent.is_remote,
+            service, parent is not None and parent.is_remote,
             res_i, scope_i, int(ctx.trace_flags) if ctx is not None else 1,
-            _state(ctx.trace_state) if ctx is not None else (),
+            _state(state) if state else (),
             tuple([_link_record(link) for link in links]) if links else (),
             dropped_attrs, dropped_events, dropped_links)
 
@@ -228,11 +234,13 @@ def pack_spans_full(spans: Sequence[ReadableSpan]) -> tuple[bytes, list[Readable
     last_res: Any = object()
     last_scope: Any = object()
     res_i = scope_i = -1
+    service = ""
     for s in spans:
         res = s.resource
         scope = s.instrumentation_scope
         if res is not last_res:
             last_res = res
+            service = _service(res)
             found = res_index.get(id(res))
             if found is None:
                 found = res_index[id(res)] = len(resources)
@@ -248,7 +256,7 @@ def pack_spans_full(spans: Sequence[ReadableSpan]) -> tuple[bytes, list[Readable
                     found = scope_index[id(scope)] = len(scopes)
                     scopes.append(_cached_entry(_SCOPE_ENTRIES, scope, _scope_entry))
                 scope_i = found
-        records.append(_record_full(s, res_i, scope_i))
+        records.append(_record_full(s, res_i, scope_i, service))
     try:
         return marshal.dumps((VERSION_FULL, records, resources, scopes)), []
     except ValueError:  # find the culprits only when there are any
