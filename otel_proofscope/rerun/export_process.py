@@ -19,6 +19,9 @@ loses is lost for each sink. The child reports, per sink, what it settled (expor
 counted lost) and its losses under each sink's name; what it never settled when it dies
 or is killed at the shutdown deadline is counted per sink (``sink_unavailable`` /
 ``shutdown``), so ``delivered`` per sink is only what the child said it delivered.
+OTLP progress is reported every 0.25 s; the Rerun sink's only at a flush and at close
+(as on the Rerun child route), so a child killed at the deadline has the Rerun spans it
+drew since the last flush counted lost, never the reverse.
 Metric export stays in the parent (a few points per interval); a Rerun metric exporter
 of the same target shares this child (one recording).
 """
