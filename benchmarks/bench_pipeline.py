@@ -8,7 +8,9 @@ interleaved over several rounds:
 * per-span cost on the prover thread: discarding exporter, stock SDK
   BatchSpanProcessor + OTLP, otel_proofscope's bounded pipeline + the official OTLP
   exporter, the bounded pipeline + FastOTLPSpanExporter (direct wire encoder), and the
-  full pipeline (OTLP + Rerun) with the Rerun translation in a thread and in a child;
+  full pipeline (OTLP + Rerun) with the Rerun translation in a thread and in a child,
+  and with both sinks in one export process (each span packed once in the prover's
+  process; OTLP encoding and sending and the Rerun translation in the child);
 * the same per round event, on a round-heavy burst (N/4 layers of 32 rounds);
 * a burst of N spans: how many the receiver got, and how many were lost (and, for
   otel_proofscope, whether the loss was counted exactly);
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing
+import os
 import statistics
 import sys
 import tempfile
@@ -37,7 +40,9 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, Spa
 
 from otel_proofscope.pipeline.drops import DROPS, DropLedger
 from otel_proofscope.pipeline.fast_otlp import FastOTLPSpanExporter, encode_export_request
+from otel_proofscope.pipeline.multi_sink import MultiSinkBatchSpanProcessor
 from otel_proofscope.pipeline.processor import BoundedBatchSpanProcessor
+from otel_proofscope.rerun.export_process import ExportConfig, ExportProcessSpanExporter
 from otel_proofscope.rerun.exporter import RerunSpanExporter
 from otel_proofscope.rerun.process import RerunProcessSpanExporter
 
@@ -181,6 +186,8 @@ def run(label: str, processor_factory, n: int, receiver: Receiver | None,  # typ
     before = receiver.spans if receiver else 0
     # The Rerun sink and its worker count their own losses in the process-wide ledger.
     rerun_before = DROPS.total(signal="spans", sink="rerun")
+    # The export process reports its OTLP losses to the process-wide ledger too.
+    otlp_before = DROPS.total(signal="spans", sink="otlp")
     elapsed = workload(provider, n, rounds)
     total = n + (n + 99) // 100  # the layers and their proof roots
     flush_start = time.perf_counter()
@@ -189,7 +196,8 @@ def run(label: str, processor_factory, n: int, receiver: Receiver | None,  # typ
     if receiver:  # let the receiver process count what was already sent
         receiver.wait_for(before + total, timeout=2.0)
     delivered = (receiver.spans - before) if receiver else total
-    counted = ledger.total(signal="spans", sink="otlp") if ledger else None
+    counted = (ledger.total(signal="spans", sink="otlp")
+               + DROPS.total(signal="spans", sink="otlp") - otlp_before) if ledger else None
     rerun_lost = (DROPS.total(signal="spans", sink="rerun") - rerun_before
                   + (ledger.total(signal="spans", sink="rerun") if ledger else 0))
     return {"label": label, "per_span_us": elapsed / n * 1e6,
@@ -215,6 +223,8 @@ def main() -> int:
     n = args.spans
     receiver = Receiver()
     endpoint = f"127.0.0.1:{receiver.port}"
+    # The export process's OTLP exporter reads the standard variables it inherits.
+    os.environ["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"] = f"http://{endpoint}"
     pipelines = [
         ("discarding exporter (baseline)", lambda led: BoundedBatchSpanProcessor(
             Discard(), sink="discard", ledger=led), False),
@@ -241,6 +251,11 @@ def main() -> int:
              ledger=led), BoundedBatchSpanProcessor(
              RerunProcessSpanExporter(f"file:{tempfile.mkdtemp()}/bench.rrd"), sink="rerun",
              ledger=led)], True),
+        ("full pipeline, one export process: OTLP + Rerun .rrd in a child (each span "
+         "packed once here, one bounded queue)",
+         lambda led: MultiSinkBatchSpanProcessor(ExportProcessSpanExporter(ExportConfig(
+             rerun_target=f"file:{tempfile.mkdtemp()}/bench.rrd", otlp_protocol="grpc",
+             otlp_timeout_s=10.0)), sinks=("otlp", "rerun"), ledger=led), True),
     ]
     bursts = [("span", n, 4)]
     if args.round_heavy > 0:

@@ -20,7 +20,7 @@ from otel_proofscope.pipeline.privacy import local
 def _clean_ledgers(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     for var in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_TRACES_EXPORTER", "OTEL_METRICS_EXPORTER",
                 "PROOFSCOPE_RERUN", "PROOFSCOPE_CAPTURE_WITNESS", "PROOFSCOPE_EXPORT_WITNESS",
-                "PROOFSCOPE_MAP"):
+                "PROOFSCOPE_MAP", "PROOFSCOPE_EXPORT_PROCESS"):
         monkeypatch.delenv(var, raising=False)
     DROPS.reset()
     REJECTIONS.reset()

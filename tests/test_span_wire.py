@@ -112,7 +112,8 @@ def test_a_value_marshal_cannot_carry_refuses_that_span_only() -> None:
 @pytest.mark.parametrize("data, what", [
     (b"", "unreadable"),
     (b"\xff" * 16, "unreadable"),
-    (marshal.dumps((2, [])), "version 2"),
+    (marshal.dumps((99, [])), "version 99"),
+    (marshal.dumps((2, [])), "without its resource and scope tables"),
     (marshal.dumps((1, "not a list")), "records not a list"),
     (marshal.dumps(7), "unreadable"),
 ])

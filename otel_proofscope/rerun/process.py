@@ -52,7 +52,7 @@ from otel_proofscope.rerun.exporter import (
 )
 from otel_proofscope.rerun.shared import SharedByTarget
 from otel_proofscope.rerun.sink import LEDGER_SINK, Target, parse_target
-from otel_proofscope.rerun.span_wire import pack_spans
+from otel_proofscope.rerun.span_wire import pack_spans, pack_spans_full
 from otel_proofscope.rerun.tally import TALLY
 from otel_proofscope.semconv import DropReason
 
@@ -64,6 +64,9 @@ ENV_TIMEOUT = "PROOFSCOPE_SHUTDOWN_TIMEOUT"
 #: kind (u8), items (u32), span events or flush timeout ms (u32), payload bytes (u32)
 HEADER = struct.Struct("<BIII")
 SPANS, SPANS_WITNESS, METRICS, FLUSH = 1, 2, 3, 4
+#: The time (ms, in the third header field) the child has left to close once the
+#: stream ends; only the export process (rerun/export_worker.py) is sent it.
+CLOSE = 5
 #: Largest payload the child accepts; a larger length means the stream is corrupt.
 MAX_FRAME = 256 << 20
 #: Encoded bytes queued in the parent before new batches are dropped and counted.
@@ -121,9 +124,13 @@ def enabled(explicit: bool | None = None) -> bool:
     return usable_cpus() >= AUTO_MIN_CPUS
 
 
-def _lose(ledger: DropLedger, counts: Counts, reason: str) -> None:
-    for signal, n in counts.as_dict().items():
-        ledger.record(signal, LEDGER_SINK, reason, n)
+def _lose(ledger: DropLedger, counts: Counts, reason: str,
+          span_sinks: Sequence[str] = (LEDGER_SINK,)) -> None:
+    # Spans reach every sink the child serves; metric points only the Rerun view.
+    for sink in span_sinks:
+        ledger.record("spans", sink, reason, counts.spans)
+        ledger.record("span_events", sink, reason, counts.span_events)
+    ledger.record("metric_points", LEDGER_SINK, reason, counts.metric_points)
 
 
 @dataclass
@@ -135,8 +142,17 @@ class _Frame:
 class RerunWorker:
     """One child process per target: a bounded byte queue, a writer and a reader thread."""
 
+    #: What the warnings call the child.
+    label = "rerun: the worker process"
+    #: The span sinks the child serves (ledger names); each span is lost or settled in each.
+    span_sinks: tuple[str, ...] = (LEDGER_SINK,)
+    #: Whether span frames carry everything OTLP needs (span_wire version 2).
+    full_frames = False
+    #: Whether close() tells the child how long it has (a CLOSE frame before EOF).
+    close_hint = False
+
     def __init__(self, target: Target, *, queue_bytes: int = DEFAULT_QUEUE_BYTES,
-                 ledger: DropLedger = DROPS) -> None:
+                 ledger: DropLedger = DROPS, argv: Sequence[str] | None = None) -> None:
         self.target = target
         self._ledger = ledger
         self._capacity = queue_bytes
@@ -144,7 +160,8 @@ class RerunWorker:
         self._queue: collections.deque[_Frame | None] = collections.deque()  # None: close
         self._queued_bytes = 0
         self._sent = Counts()  # fully written to the pipe
-        self._settled = Counts()  # as of the child's latest report
+        # As of the child's latest report, per span sink (metric points: the Rerun one).
+        self._settled = {sink: Counts() for sink in self.span_sinks}
         self._drawn = (0, 0)  # spans the child drew (and of those orphans), as reported
         self._applied: dict[tuple[str, str, str], int] = {}  # child losses already recorded
         self._flushes: dict[int, tuple[threading.Event, list[bool]]] = {}
@@ -156,7 +173,8 @@ class RerunWorker:
         self._final = False  # the child's final report arrived
         self._warned = False
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "otel_proofscope.rerun.worker", target.name],
+            list(argv) if argv is not None
+            else [sys.executable, "-m", "otel_proofscope.rerun.worker", target.name],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, close_fds=True)
         assert self.proc.stdin is not None and self.proc.stdout is not None
         self._writer = threading.Thread(target=self._write_loop, args=(self.proc.stdin,),
@@ -207,7 +225,7 @@ class RerunWorker:
                 self._queued_bytes += len(data)
                 self._cond.notify()
         if reason is not None:
-            _lose(self._ledger, counts, reason)
+            self.lose(counts, reason)
             if self._forked and not self._warned:
                 self._warned = True
                 _log.warning("rerun: this process was forked from the one that owns the Rerun "
@@ -216,6 +234,10 @@ class RerunWorker:
                              "export is unaffected", self.target.name)
             return False
         return True
+
+    def lose(self, counts: Counts, reason: str) -> None:
+        """Count ``counts`` lost in every sink the child serves."""
+        _lose(self._ledger, counts, reason, self.span_sinks)
 
     def flush(self, timeout_s: float) -> bool:
         """Wait (at most ``timeout_s``) until the child drew everything queued so far."""
@@ -245,6 +267,11 @@ class RerunWorker:
             if self._closing:
                 return
             self._closing = True
+            if self.close_hint:
+                # Most of what is left: the final report must reach us before we kill
+                # (0.8 was measured too tight on a loaded 2-CPU machine).
+                ms = max(1, min(int(max(timeout_s, 0.0) * 700), 0xFFFFFFFF))
+                self._queue.append(_Frame(HEADER.pack(CLOSE, 0, ms, 0), Counts()))
             self._queue.append(None)
             self._cond.notify()
         self._reader.join(max(0.0, deadline - time.monotonic()))
@@ -294,8 +321,8 @@ class RerunWorker:
             pipe.close()  # EOF: the child draws what it has, reports and exits
 
     def _drop_unsent(self, frame: _Frame) -> None:
-        _lose(self._ledger, frame.counts,
-              DropReason.SHUTDOWN if self._killed else DropReason.SINK_UNAVAILABLE)
+        self.lose(frame.counts,
+                  DropReason.SHUTDOWN if self._killed else DropReason.SINK_UNAVAILABLE)
 
     # ── reader thread ────────────────────────────────────────────────────────────────
 
@@ -312,6 +339,9 @@ class RerunWorker:
 
     def _apply(self, report: dict[str, Any]) -> None:
         settled = Counts(**{k: int(v) for k, v in report["settled"].items()})
+        # A child serving several sinks says what each has settled (else: all the same).
+        by_sink = {sink: Counts(**{k: int(v) for k, v in counts.items()})
+                   for sink, counts in (report.get("sink_settled") or {}).items()}
         news: list[tuple[tuple[str, str, str], int]] = []
         with self._cond:
             for signal, sink, reason, total in report["drops"]:
@@ -320,7 +350,7 @@ class RerunWorker:
                 if delta > 0:
                     self._applied[key] = int(total)
                     news.append((key, delta))
-            self._settled = settled
+            self._settled = {sink: by_sink.get(sink, settled) for sink in self.span_sinks}
             self._final = self._final or bool(report.get("final"))
             # The child's running count of spans drawn in the trace view (cumulative).
             drawn = [int(v) for v in report.get("drawn", (0, 0))][:2]
@@ -329,40 +359,57 @@ class RerunWorker:
             waiter = self._flushes.get(report.get("flush") or -1)
         for (signal, sink, reason), n in news:
             self._ledger.record(signal, sink, reason, n)
+        self._applied_report(report)
         if waiter is not None:
             waiter[1][0] = bool(report.get("ok"))
             waiter[0].set()
+
+    def _applied_report(self, report: dict[str, Any]) -> None:
+        """A subclass's hook for what else the child reports (after the losses)."""
 
     def _child_gone(self) -> None:
         """The child closed its stdout (it exited): settle everything it did not."""
         with self._cond:
             self._dead = self._gone = True
-            lost = Counts(self._sent.spans - self._settled.spans,
-                          self._sent.span_events - self._settled.span_events,
-                          self._sent.metric_points - self._settled.metric_points)
-            self._sent = Counts(self._settled.spans, self._settled.span_events,
-                                self._settled.metric_points)
+            sent = self._sent
+            # Per sink: what was sent and that sink never settled (a sink that is slower
+            # than another, OTLP to a dead collector, has more of it).
+            lost_by_sink = {sink: Counts(max(0, sent.spans - done.spans),
+                                         max(0, sent.span_events - done.span_events), 0)
+                            for sink, done in self._settled.items()}
+            rerun_done = self._settled.get(LEDGER_SINK, next(iter(self._settled.values())))
+            metric_points = sent.metric_points - rerun_done.metric_points
             unsent = [f for f in self._queue if f is not None]
             self._queue = collections.deque(f for f in self._queue if f is None)
             self._queued_bytes = 0
             expected = self._closing and not self._killed
             waiters = list(self._flushes.values())
             self._cond.notify_all()
+        unsent_counts = Counts()
         for frame in unsent:
-            lost.add(frame.counts)
+            unsent_counts.add(frame.counts)
         reason = DropReason.SHUTDOWN if self._killed else DropReason.SINK_UNAVAILABLE
-        _lose(self._ledger, lost, reason)
+        for sink, sink_lost in lost_by_sink.items():
+            sink_lost.add(unsent_counts)
+            _lose(self._ledger, Counts(sink_lost.spans, sink_lost.span_events, 0), reason,
+                  (sink,))
+        _lose(self._ledger, Counts(metric_points=metric_points + unsent_counts.metric_points),
+              reason, ())
+        lost = Counts(max(c.spans for c in lost_by_sink.values()), 0,
+                      metric_points + unsent_counts.metric_points)
         for done, _ in waiters:
             done.set()
         if not expected and not self._warned:
             self._warned = True
             rc = self.proc.poll()
-            _log.warning("rerun: the worker process for %s %s (exit status %s); %d span(s) "
+            _log.warning("%s for %s %s (exit status %s); %d span(s) "
                          "and %d metric point(s) it had not drawn, and any sent later, are "
-                         "dropped and counted in proofscope.dropped; OTLP export is "
-                         "unaffected", self.target.name,
+                         "dropped and counted in proofscope.dropped; %s", self.label,
+                         self.target.name,
                          "was stopped at the shutdown deadline" if self._killed else "died",
-                         rc, lost.spans, lost.metric_points)
+                         rc, lost.spans, lost.metric_points,
+                         "in every sink it served" if len(self.span_sinks) > 1
+                         else "OTLP export is unaffected")
 
 
 # ── one worker per target, shared by the span and metric exporters ───────────────────
@@ -396,10 +443,11 @@ class WorkerBackend:
     def send_spans(self, spans: Sequence[ReadableSpan], witness: bool) -> None:
         counts = Counts(spans=len(spans), span_events=sum(len(s.events) for s in spans))
         try:
-            payload, refused = pack_spans(spans)
+            payload, refused = (pack_spans_full if self.worker.full_frames
+                                else pack_spans)(spans)
             if refused:
                 lost = Counts(spans=len(refused), span_events=sum(len(s.events) for s in refused))
-                _lose(DROPS, lost, DropReason.INVALID)
+                self.worker.lose(lost, DropReason.INVALID)
                 counts.sub(lost)
                 if not self._warned_refused:
                     self._warned_refused = True
@@ -408,7 +456,7 @@ class WorkerBackend:
                                  "logged)", len(refused))
             self.worker.submit(SPANS_WITNESS if witness else SPANS, payload, counts)
         except Exception as exc:  # never let the exporter raise into the SDK
-            _lose(DROPS, counts, DropReason.EXPORT_FAILED)
+            self.worker.lose(counts, DropReason.EXPORT_FAILED)
             _log.warning("rerun span export failed: %r", exc)
 
     def send_metrics(self, data: MetricsData, points: int) -> None:
@@ -416,7 +464,7 @@ class WorkerBackend:
         try:
             self.worker.submit(METRICS, encode_metrics_request(data), counts)
         except Exception as exc:
-            _lose(DROPS, counts, DropReason.EXPORT_FAILED)
+            self.worker.lose(counts, DropReason.EXPORT_FAILED)
             _log.warning("rerun metric export failed: %r", exc)
 
     def flush(self, timeout_s: float) -> bool:

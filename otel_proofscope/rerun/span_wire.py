@@ -14,6 +14,19 @@ status_description, attributes, events, service, parent_remote)`` with
 ``service`` the resource's ``service.name`` ("" when it has none; the trace view keeps
 services apart by it) and ``parent_remote`` whether the parent is in another process
 (the trace view waits less for such a parent).
+
+Version 2 (:func:`pack_spans_full`, for the export process that also sends OTLP) carries
+everything the OTLP encoder reads, so the child's OTLP bytes equal the official
+encoder's on the original spans (tested). The frame is
+``marshal.dumps((2, records, resources, scopes))``: ``resources`` a list of
+``(attributes, schema_url)`` and ``scopes`` a list of ``(name, version, schema_url,
+attributes)``, each distinct one once per frame; a record is the 13 fields above
+followed by ``(resource_index, scope_index, trace_flags, trace_state, links,
+dropped_attributes, dropped_events, dropped_links)`` with ``scope_index`` -1 for none,
+``trace_state`` a tuple of ``(key, value)`` pairs, ``links`` a tuple of ``(trace_id,
+span_id, is_remote, trace_flags, trace_state, attributes, dropped_attributes)``, and
+every event a 4-tuple ``(name, timestamp, attributes, dropped_attributes)``.
+Version 1 frames (what the Rerun-only child is sent) are still read.
 """
 
 from __future__ import annotations
@@ -25,18 +38,24 @@ from typing import Any
 
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import Event, ReadableSpan
-from opentelemetry.trace import SpanContext, SpanKind, TraceFlags
+from opentelemetry.sdk.util import BoundedList
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+from opentelemetry.trace import Link, SpanContext, SpanKind, TraceFlags, TraceState
 from opentelemetry.trace.status import Status, StatusCode
 
 from otel_proofscope.otlp.sdk_fields import (
     FIELDS_OK,
+    bounded_attributes,
     events_fields,
     plain_attributes,
     span_fields,
 )
 
 VERSION = 1
+#: The full record: everything OTLP needs besides what the Rerun translation reads.
+VERSION_FULL = 2
 _RECORD_LEN = 13
+_FULL_RECORD_LEN = 21
 #: Records without the trailing service / parent_remote (written before they were
 #: added) are read too.
 _RECORD_LENS = (11, 12, 13)
@@ -137,6 +156,132 @@ def pack_spans(spans: Sequence[ReadableSpan]) -> tuple[bytes, list[ReadableSpan]
         return marshal.dumps((VERSION, kept)), refused
 
 
+# ── version 2: the full record (OTLP from the child) ─────────────────────────────────
+
+#: Resource / scope (by identity: a provider shares one) → its frame-table entry.
+_RES_ENTRIES: dict[int, tuple[Any, tuple[Any, ...]]] = {}
+_SCOPE_ENTRIES: dict[int, tuple[Any, tuple[Any, ...]]] = {}
+#: Frame-table entries (marshalled) → the rebuilt Resource / scope, in the child.
+_RES_BUILT: dict[bytes, Resource] = {}
+_SCOPES_BUILT: dict[bytes, InstrumentationScope] = {}
+_NO_STATE = TraceState()
+
+
+def _cached_entry(cache: dict[int, tuple[Any, tuple[Any, ...]]], obj: Any,
+                  make: Any) -> tuple[Any, ...]:
+    hit = cache.get(id(obj))
+    if hit is not None and hit[0] is obj:
+        return hit[1]
+    entry: tuple[Any, ...] = make(obj)
+    if len(cache) >= _MAX_CACHED:
+        cache.clear()
+    cache[id(obj)] = (obj, entry)  # the object is kept: its id cannot be reused
+    return entry
+
+
+def _resource_entry(resource: Any) -> tuple[Any, ...]:
+    if resource is None:
+        return ({}, "")
+    return (_plain(resource.attributes), resource.schema_url or "")
+
+
+def _scope_entry(scope: Any) -> tuple[Any, ...]:
+    return (scope.name, scope.version, scope.schema_url, _plain(scope.attributes))
+
+
+def _state(trace_state: Any) -> tuple[tuple[str, str], ...]:
+    return tuple(trace_state.items()) if trace_state else ()
+
+
+def _link_record(link: Any) -> tuple[Any, ...]:
+    ctx = link.context
+    return (ctx.trace_id, ctx.span_id, ctx.is_remote, int(ctx.trace_flags),
+            _state(ctx.trace_state), _plain(link.attributes), link.dropped_attributes)
+
+
+#: Enum values by member: a dict lookup, where ``.value`` is a Python-level descriptor.
+_KIND_VALUE: dict[Any, int] = {k: k.value for k in SpanKind}
+_CODE_VALUE: dict[Any, int] = {c: c.value for c in StatusCode}
+
+
+def _record_full(s: ReadableSpan, res_i: int, scope_i: int, service: str) -> tuple[Any, ...]:
+    (ctx, parent, name, kind, start, end, status, attrs, dropped_attrs, events,
+     dropped_events, links, dropped_links) = span_fields(s)
+    state = ctx.trace_state if ctx is not None else None
+    return (name, ctx.trace_id if ctx is not None else 0,
+            ctx.span_id if ctx is not None else 0,
+            parent.span_id if parent is not None else 0,
+            _KIND_VALUE[kind], start or 0, end or 0,
+            _CODE_VALUE[status.status_code], status.description,
+            attrs if type(attrs) is dict else _plain(attrs),
+            tuple([(n, t, a if type(a) is dict else _plain(a), d)
+                   for n, t, a, d in events_fields(events)]),
+            service, parent is not None and parent.is_remote,
+            res_i, scope_i, int(ctx.trace_flags) if ctx is not None else 1,
+            _state(state) if state else (),
+            tuple([_link_record(link) for link in links]) if links else (),
+            dropped_attrs, dropped_events, dropped_links)
+
+
+def pack_spans_full(spans: Sequence[ReadableSpan]) -> tuple[bytes, list[ReadableSpan]]:
+    """A version 2 frame (everything OTLP needs) for ``spans``, and the spans left out
+    because a value could not be packed (the caller counts them)."""
+    resources: list[tuple[Any, ...]] = []
+    scopes: list[tuple[Any, ...]] = []
+    res_index: dict[int, int] = {}
+    scope_index: dict[int, int] = {}
+    records = []
+    last_res: Any = object()
+    last_scope: Any = object()
+    res_i = scope_i = -1
+    service = ""
+    for s in spans:
+        res = s.resource
+        scope = s.instrumentation_scope
+        if res is not last_res:
+            last_res = res
+            service = _service(res)
+            found = res_index.get(id(res))
+            if found is None:
+                found = res_index[id(res)] = len(resources)
+                resources.append(_cached_entry(_RES_ENTRIES, res, _resource_entry))
+            res_i = found
+        if scope is not last_scope:
+            last_scope = scope
+            if scope is None:
+                scope_i = -1
+            else:
+                found = scope_index.get(id(scope))
+                if found is None:
+                    found = scope_index[id(scope)] = len(scopes)
+                    scopes.append(_cached_entry(_SCOPE_ENTRIES, scope, _scope_entry))
+                scope_i = found
+        records.append(_record_full(s, res_i, scope_i, service))
+    try:
+        return marshal.dumps((VERSION_FULL, records, resources, scopes)), []
+    except ValueError:  # find the culprits only when there are any
+        kept, refused = [], []
+        for span, rec in zip(spans, records, strict=True):
+            try:
+                marshal.dumps((rec, resources[rec[13]],
+                               scopes[rec[14]] if rec[14] >= 0 else None))
+                kept.append(rec)
+            except ValueError:
+                refused.append(span)
+        # A table entry only a refused span used may itself be unpackable: replaced.
+        safe_res = [e if _marshals(e) else ({}, "") for e in resources]
+        safe_scopes = [e if _marshals(e) else ("", None, None, {}) for e in scopes]
+        return marshal.dumps((VERSION_FULL, kept, safe_res, safe_scopes)), refused
+
+
+def _marshals(value: Any) -> bool:
+    try:
+        marshal.dumps(value)
+    except ValueError:
+        return False
+    return True
+
+
 @dataclass
 class Unpacked:
     """The spans rebuilt from a frame and the events of the records that were refused."""
@@ -154,19 +299,27 @@ class FrameError(ValueError):
 def unpack_spans(data: bytes) -> Unpacked:
     """The spans of a frame. A malformed record is refused and counted, not fatal."""
     try:
-        version, records = marshal.loads(data)
+        version, records, *rest = marshal.loads(data)
     except (EOFError, ValueError, TypeError) as exc:
         raise FrameError(f"span frame of {len(data)} bytes is unreadable: {exc}") from None
-    if version != VERSION or not isinstance(records, list):
-        raise FrameError(f"span frame: version {version!r} (expected {VERSION}) or "
-                         f"records not a list")
+    if version not in (VERSION, VERSION_FULL) or not isinstance(records, list) \
+            or (version == VERSION and rest):
+        raise FrameError(f"span frame: version {version!r} (expected {VERSION} or "
+                         f"{VERSION_FULL}) or records not a list")
+    if version == VERSION_FULL:
+        resources, scopes = _tables(rest)
+
+        def make(r: Any) -> ReadableSpan:
+            return _span_full(r, resources, scopes)
+    else:
+        make = _span
     out = Unpacked()
     for i, record in enumerate(records):
         try:
-            out.spans.append(_span(record))
-        except (TypeError, ValueError, IndexError) as exc:
+            out.spans.append(make(record))
+        except (TypeError, ValueError, IndexError, KeyError, OverflowError) as exc:
             out.rejected_spans += 1
-            if isinstance(record, tuple) and len(record) in _RECORD_LENS \
+            if isinstance(record, tuple) and len(record) > 10 \
                     and isinstance(record[10], tuple):
                 out.rejected_events += len(record[10])
             if not out.first_error:
@@ -202,3 +355,117 @@ def _event(e: Any) -> Event:
             or type(e[2]) is not dict:
         raise ValueError("an event is not a (name, timestamp, attributes) tuple")
     return Event(e[0], e[2], e[1])
+
+
+def _tables(rest: list[Any]) -> tuple[list[Resource | None], list[InstrumentationScope | None]]:
+    """A version 2 frame's resources and scopes, rebuilt once per distinct entry; an
+    entry that cannot be rebuilt is None (the records naming it are refused)."""
+    if len(rest) != 2 or type(rest[0]) is not list or type(rest[1]) is not list:
+        raise FrameError("span frame: version 2 without its resource and scope tables")
+    return ([_built(_RES_BUILT, e, _make_resource) for e in rest[0]],
+            [_built(_SCOPES_BUILT, e, _make_scope) for e in rest[1]])
+
+
+def _built(cache: dict[bytes, Any], entry: Any, make: Any) -> Any:
+    try:
+        key = marshal.dumps(entry)  # exact: {"a": 1} and {"a": True} stay apart
+        hit = cache.get(key)
+        if hit is None:
+            hit = make(entry)
+            if len(cache) >= _MAX_CACHED:
+                cache.clear()
+            cache[key] = hit
+        return hit
+    except Exception:  # whatever bytes arrive: the records naming it are refused
+        return None
+
+
+def _make_resource(e: Any) -> Resource:
+    attrs, schema_url = e
+    if type(attrs) is not dict or type(schema_url) is not str:
+        raise TypeError("resource entry")
+    return Resource(attrs, schema_url)
+
+
+def _make_scope(e: Any) -> InstrumentationScope:
+    name, version, schema_url, attrs = e
+    if type(name) is not str or type(attrs) is not dict:
+        raise TypeError("scope entry")
+    return InstrumentationScope(name, version, schema_url, attrs)
+
+
+_FLAGS = {0: TraceFlags(0), 1: _SAMPLED}
+
+
+def _flags(value: Any) -> TraceFlags:
+    hit = _FLAGS.get(value) if type(value) is int else None
+    return hit if hit is not None else TraceFlags(value)
+
+
+def _trace_state(pairs: Any) -> TraceState:
+    if not pairs:
+        return _NO_STATE
+    if type(pairs) is not tuple:
+        raise TypeError("trace_state is not a tuple of pairs")
+    return TraceState(list(pairs))
+
+
+def _attrs(values: Any, dropped: Any) -> Any:
+    if type(values) is not dict:
+        raise TypeError("attributes are not a dict")
+    return bounded_attributes(values, dropped) if dropped else values
+
+
+def _bounded(items: list[Any], dropped: Any) -> Any:
+    if not dropped:
+        return tuple(items)
+    out: BoundedList[Any] = BoundedList(None)
+    out.extend(items)
+    out.dropped = int(dropped)
+    return out
+
+
+def _span_full(r: Any, resources: list[Resource | None],
+               scopes: list[InstrumentationScope | None]) -> ReadableSpan:
+    if type(r) is not tuple or len(r) != _FULL_RECORD_LEN:
+        raise ValueError(f"expected a {_FULL_RECORD_LEN}-tuple, got {type(r).__name__}")
+    (name, trace_id, span_id, parent_id, kind, start, end, code, description, attributes,
+     events, _service_name, remote, res_i, scope_i, flags, state, links, dropped_attrs,
+     dropped_events, dropped_links) = r
+    if type(name) is not str or type(events) is not tuple or type(links) is not tuple:
+        raise TypeError("name, events or links has the wrong type")
+    if type(res_i) is not int or res_i < 0 or type(scope_i) is not int or scope_i < -1:
+        raise ValueError("resource or scope index out of range")
+    resource = resources[res_i]
+    scope = scopes[scope_i] if scope_i >= 0 else None
+    if resource is None or (scope_i >= 0 and scope is None):
+        raise ValueError("the record's resource or scope entry is unreadable")
+    trace_flags = _flags(flags)
+    parent = SpanContext(trace_id, parent_id, remote is True, _SAMPLED) if parent_id else None
+    if code == 0:
+        status = _UNSET
+    elif code == 1:
+        status = _OK
+    else:
+        status = Status(StatusCode(code), description)
+    evs = [_event_full(e) for e in events]
+    lks = [_link(lk) for lk in links]
+    return ReadableSpan(
+        name, SpanContext(trace_id, span_id, False, trace_flags, _trace_state(state)),
+        parent, resource, _attrs(attributes, dropped_attrs), _bounded(evs, dropped_events),
+        _bounded(lks, dropped_links), SpanKind(kind), None, status, start, end,
+        instrumentation_scope=scope)
+
+
+def _event_full(e: Any) -> Event:
+    if type(e) is not tuple or len(e) != 4 or type(e[0]) is not str:
+        raise ValueError("an event is not a (name, timestamp, attributes, dropped) tuple")
+    return Event(e[0], _attrs(e[2], e[3]), e[1])
+
+
+def _link(lk: Any) -> Link:
+    if type(lk) is not tuple or len(lk) != 7:
+        raise ValueError("a link is not a 7-tuple")
+    trace_id, span_id, remote, flags, state, attrs, dropped = lk
+    return Link(SpanContext(trace_id, span_id, remote is True, _flags(flags),
+                            _trace_state(state)), _attrs(attrs, dropped))

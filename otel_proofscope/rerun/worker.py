@@ -30,11 +30,14 @@ import logging
 import os
 import signal
 import sys
-from typing import BinaryIO
+from collections.abc import Sequence
+from typing import BinaryIO, Protocol
 
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
     ExportMetricsServiceRequest,
 )
+from opentelemetry.sdk.metrics.export import MetricsData
+from opentelemetry.sdk.trace import ReadableSpan
 
 from otel_proofscope.ledger import DropLedger
 from otel_proofscope.otlp import decode
@@ -54,7 +57,7 @@ from otel_proofscope.rerun.process import (
     SPANS_WITNESS,
     Counts,
 )
-from otel_proofscope.rerun.sink import LEDGER_SINK, RerunSink, parse_target
+from otel_proofscope.rerun.sink import LEDGER_SINK, RerunSink, SinkStats, parse_target
 from otel_proofscope.semconv import DropReason
 
 _log = logging.getLogger("otel_proofscope.rerun.worker")
@@ -66,10 +69,28 @@ DEFAULT_NICE = 10
 DRAIN_TIMEOUT_S = 30.0
 
 
+class FrameSink(Protocol):
+    """What the frame loop feeds: a :class:`RerunSink`, or the export process's pair."""
+
+    @property
+    def stats(self) -> SinkStats: ...
+
+    def submit_spans(self, spans: Sequence[ReadableSpan], *, witness: bool = False) -> int: ...
+
+    def submit_metrics(self, data: MetricsData) -> bool: ...
+
+    def flush(self, timeout_s: float) -> bool: ...
+
+    def close(self, timeout_s: float) -> None: ...
+
+
 class Worker:
     """Frame loop around one sink; ``ledger`` holds this process's losses."""
 
-    def __init__(self, sink: RerunSink, ledger: DropLedger, report: BinaryIO,
+    #: The frame kinds this loop reads; any other means the stream is out of step.
+    KINDS: tuple[int, ...] = (SPANS, SPANS_WITNESS, METRICS, FLUSH)
+
+    def __init__(self, sink: FrameSink, ledger: DropLedger, report: BinaryIO,
                  capacity: int) -> None:
         self.sink = sink
         self.ledger = ledger
@@ -85,7 +106,7 @@ class Worker:
             if len(header) < HEADER.size:
                 break  # EOF (a torn header can only follow the parent's death)
             kind, count, extra, length = HEADER.unpack(header)
-            if kind not in (SPANS, SPANS_WITNESS, METRICS, FLUSH) or length > MAX_FRAME:
+            if kind not in self.KINDS or length > MAX_FRAME:
                 # The stream is out of step: nothing after this can be trusted. The
                 # parent counts everything unsettled when it sees us exit.
                 _log.warning("rerun worker: corrupt frame header (kind %d, %d bytes); "
@@ -171,12 +192,38 @@ def main(argv: list[str] | None = None) -> int:
     if len(args) != 1:
         print("usage: python -m otel_proofscope.rerun.worker TARGET", file=sys.stderr)
         return 64
+    report, frames = child_pipes("rerun worker")
+    target = parse_target(args[0])
+    capacity = max(1, int(os.environ.get("PROOFSCOPE_RERUN_QUEUE", "") or sinks.DEFAULT_QUEUE))
+    timeout = shutdown_timeout()
+    # The parent's ledger logs these losses once they are reported; not twice.
+    logging.getLogger("otel_proofscope.drops").disabled = True
+    ledger = DropLedger()
+    sink = RerunSink(target, queue_size=capacity, ledger=ledger)
+    tune_gc()
+    return Worker(sink, ledger, report, capacity // 2).run(frames, timeout)
+
+
+def tune_gc() -> None:
+    """As serve does (cli/serve_cmd.tune_gc, which this layer cannot import): the
+    imported modules (Rerun, pyarrow, numpy) out of the cyclic collector's walks, and
+    young collections every 10,000 allocations rather than 700; unpacking a frame
+    allocates enough to trigger collections that walked that whole heap."""
+    gc.collect()
+    gc.freeze()
+    _, older, oldest = gc.get_threshold()
+    gc.set_threshold(10_000, older, oldest)
+
+
+def child_pipes(what: str) -> tuple[BinaryIO, BinaryIO]:
+    """Set up a child of the prover: niced, deaf to Ctrl-C, logging to stderr; returns
+    its private report (stdout) and frame (stdin) pipes."""
     # Ctrl-C reaches the whole process group; the parent decides when we stop (EOF).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     # Drawing is background work: where cores are scarce the prover goes first.
     with contextlib.suppress(OSError, ValueError):
         os.nice(int(os.environ.get(ENV_NICE, "") or DEFAULT_NICE))
-    logging.basicConfig(level=logging.WARNING, format="proofscope rerun worker: %(message)s")
+    logging.basicConfig(level=logging.WARNING, format=f"proofscope {what}: %(message)s")
     # Private, non-inheritable copies of the pipes: a viewer spawned by Rerun must not
     # hold them open (the parent would never see EOF or EPIPE), and nothing but the
     # reports may reach the parent's reader.
@@ -186,26 +233,16 @@ def main(argv: list[str] | None = None) -> int:
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
     os.close(null)
-    target = parse_target(args[0])
-    capacity = max(1, int(os.environ.get("PROOFSCOPE_RERUN_QUEUE", "") or sinks.DEFAULT_QUEUE))
+    return report, frames
+
+
+def shutdown_timeout() -> float:
+    """The shutdown bound the parent was given (``PROOFSCOPE_SHUTDOWN_TIMEOUT``)."""
     try:
-        timeout = parse_timeout(os.environ.get(ENV_SHUTDOWN_TIMEOUT))
+        return parse_timeout(os.environ.get(ENV_SHUTDOWN_TIMEOUT))
     except ValueError as exc:
         _log.warning("%s; using %s s", exc, DEFAULT_SHUTDOWN_TIMEOUT_S)
-        timeout = DEFAULT_SHUTDOWN_TIMEOUT_S
-    # The parent's ledger logs these losses once they are reported; not twice.
-    logging.getLogger("otel_proofscope.drops").disabled = True
-    ledger = DropLedger()
-    sink = RerunSink(target, queue_size=capacity, ledger=ledger)
-    # As serve does (cli/serve_cmd.tune_gc, which this layer cannot import): the
-    # imported modules (Rerun, pyarrow, numpy) out of the cyclic collector's walks, and
-    # young collections every 10,000 allocations rather than 700; unpacking a frame
-    # allocates enough to trigger collections that walked that whole heap.
-    gc.collect()
-    gc.freeze()
-    _, older, oldest = gc.get_threshold()
-    gc.set_threshold(10_000, older, oldest)
-    return Worker(sink, ledger, report, capacity // 2).run(frames, timeout)
+        return DEFAULT_SHUTDOWN_TIMEOUT_S
 
 
 if __name__ == "__main__":

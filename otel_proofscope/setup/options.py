@@ -121,6 +121,9 @@ class Options:
     mapper: Mapper | None = None
     #: Estimated bytes queued per sink before new spans are dropped and counted.
     max_queue_bytes: int = DEFAULT_MAX_QUEUE_BYTES
+    #: OTLP and Rerun span export in one child process (``export_process=`` or
+    #: ``PROOFSCOPE_EXPORT_PROCESS``); None: the variable decides, default off.
+    export_process: bool | None = None
 
     @property
     def rerun_on(self) -> bool:
@@ -148,6 +151,7 @@ class Options:
         set_global: bool = True,
         map: Any = None,  # configure(map=...): a preset name, rule file, RuleSet, Mapper
         max_queue_bytes: int | None = None,
+        export_process: bool | None = None,
     ) -> Options:
         """configure()'s arguments merged with the environment; raises ValueError for a
         value that cannot be meant, naming where it came from."""
@@ -212,4 +216,5 @@ class Options:
             handle_sigterm=handle_sigterm, set_global=set_global,
             trace_exporters=tuple(trace_names), metric_exporters=tuple(metric_names),
             span_exporters=tuple(span_exporters), metric_readers=tuple(metric_readers),
-            mapper=mapper_for(map), max_queue_bytes=queue_bytes)
+            mapper=mapper_for(map), max_queue_bytes=queue_bytes,
+            export_process=export_process)

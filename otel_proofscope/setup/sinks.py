@@ -114,13 +114,50 @@ def rerun_span_exporter(options: Options) -> SpanExporter:
     return span_cls(target, capture_witness=options.capture_witness)
 
 
-def rerun_metric_exporter(options: Options) -> MetricExporter:
+def rerun_metric_exporter(options: Options, in_child: bool | None = None) -> MetricExporter:
+    """``in_child``: the spans' Rerun route is a child process (the export process)."""
     from otel_proofscope.rerun import process as rerun_child
     from otel_proofscope.rerun.exporter import RerunMetricExporter
 
     metric_cls = (rerun_child.RerunProcessMetricExporter
-                  if rerun_child.enabled(options.rerun_process) else RerunMetricExporter)
+                  if in_child or rerun_child.enabled(options.rerun_process)
+                  else RerunMetricExporter)
     return metric_cls(options.rerun_target if options.rerun_on else None)
+
+
+def export_process_config(options: Options) -> Any:
+    """The export process's settings (``rerun.export_process.ExportConfig``) when that
+    route is switched on and serves a span sink configure() would build, else None."""
+    from otel_proofscope.rerun import export_process
+
+    if not export_process.enabled(options.export_process):
+        return None
+    otlp = "otlp" in options.trace_exporters
+    rerun = "rerun" in options.trace_exporters and options.rerun_on
+    protocol = _otlp_protocol("traces")
+    encoder = os.environ.get("PROOFSCOPE_OTLP_ENCODER", "fast").strip().lower()
+    if otlp and (protocol not in export_process.PROTOCOLS or encoder != "fast"):
+        # The child speaks what FastOTLPSpanExporter speaks; anything else stays here.
+        import logging
+
+        logging.getLogger(__name__).warning(
+            "export process: OTLP protocol %r / encoder %r is not served out of process; "
+            "spans are exported from this process", protocol, encoder)
+        return None
+    if not (otlp or rerun):
+        return None
+    return export_process.ExportConfig(
+        rerun_target=options.rerun_target if rerun else "off",
+        otlp_protocol=protocol if otlp else None,
+        otlp_timeout_s=otlp_timeout_s(options.shutdown_timeout_s),
+        export_witness=options.export_witness, otlp_queue=options.max_queue_size)
+
+
+def export_process_span_exporter(config: Any, options: Options) -> SpanExporter:
+    from otel_proofscope.rerun.export_process import ExportProcessSpanExporter
+
+    return ExportProcessSpanExporter(config, capture_witness=options.capture_witness,
+                                     shutdown_timeout_s=options.shutdown_timeout_s)
 
 
 def entry_point(group: str, name: str) -> Any:

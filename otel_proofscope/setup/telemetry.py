@@ -202,8 +202,9 @@ class Telemetry:
         return thread
 
     def _make_report(self, budget: float, timed_out: bool) -> ShutdownReport:
-        delivered = {p.sink: p.stats.delivered(self.ledger, p.sink)
-                     for p in self.span_processors}
+        # A processor feeding the export process serves several sinks: one line each.
+        delivered = {sink: p.stats.delivered(self.ledger, sink)
+                     for p in self.span_processors for sink in getattr(p, "sinks", (p.sink,))}
         withheld: dict[str, int] = {}
         for f in self.witness_filters:
             withheld[f.sink] = withheld.get(f.sink, 0) + f.withheld_events
@@ -223,7 +224,7 @@ class Telemetry:
         )
 
     def _trace_line(self) -> str:
-        if not any(p.sink == "rerun" for p in self.span_processors):
+        if not any("rerun" in getattr(p, "sinks", (p.sink,)) for p in self.span_processors):
             return ""
         from otel_proofscope.rerun.tally import TALLY
 

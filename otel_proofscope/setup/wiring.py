@@ -43,6 +43,7 @@ from otel_proofscope.instrumentation import ProofTracer
 from otel_proofscope.mapping import wiring as mapping
 from otel_proofscope.pipeline.fork_exit import flush_forked_children
 from otel_proofscope.pipeline.metric_export import CountingMetricExporter
+from otel_proofscope.pipeline.multi_sink import MultiSinkBatchSpanProcessor
 from otel_proofscope.pipeline.privacy import Local, WitnessFilter
 from otel_proofscope.pipeline.processor import BoundedBatchSpanProcessor, SpanLimitAccounting
 from otel_proofscope.pipeline.self_metrics import register_self_metrics
@@ -70,6 +71,9 @@ class _Build:
         self.closers: list[Any] = []
         self.rerun: list[Any] = []  # the Rerun sinks / children, closed last at shutdown
         self.used_dir: Path | None = None
+        # OTLP and Rerun spans through one child process (None: each sink its own route).
+        self.export = sinks.export_process_config(options)
+        self.export_built = False
 
     def add_spans(self, sink: str, exporter: SpanExporter, local: bool = False) -> None:
         # Mapping rules first: every sink receives the same contract spans.
@@ -83,6 +87,22 @@ class _Build:
         proc = BoundedBatchSpanProcessor(exporter, sink=sink,
                                          max_queue_size=self.options.max_queue_size,
                                          max_queue_bytes=self.options.max_queue_bytes)
+        self.tracer_provider.add_span_processor(proc)
+        self.processors.append(proc)
+
+    def add_export_process(self) -> None:
+        """One processor (and one packing per span) for the sinks the child serves."""
+        if self.export_built:
+            return
+        self.export_built = True
+        exporter: Any = sinks.export_process_span_exporter(self.export, self.options)
+        self._keep_rerun(exporter)
+        if "otlp" in self.export.sinks and not self.options.export_witness:
+            self.witness_filters.append(exporter.worker.witness)  # the child filters
+        proc = MultiSinkBatchSpanProcessor(
+            mapping.wrap(exporter, self.options.mapper), sinks=self.export.sinks,
+            max_queue_size=self.options.max_queue_size,
+            max_queue_bytes=self.options.max_queue_bytes)
         self.tracer_provider.add_span_processor(proc)
         self.processors.append(proc)
 
@@ -113,7 +133,9 @@ class _Build:
         opts = self.options
         if name == "none":
             return
-        if name == "otlp":
+        if self.export is not None and name in self.export.sinks:
+            self.add_export_process()
+        elif name == "otlp":
             self.add_spans("otlp", sinks.otlp_span_exporter(opts.shutdown_timeout_s))
         elif name == "file":
             self.add_spans("file", sinks.file_span_exporter(self.file_dir()))
@@ -137,7 +159,8 @@ class _Build:
         elif name == "console":
             self.add_metrics("console", sinks.console_metric_exporter())
         elif name == "rerun":
-            metric_exporter = sinks.rerun_metric_exporter(opts)
+            metric_exporter = sinks.rerun_metric_exporter(
+                opts, in_child=self.export is not None and "rerun" in self.export.sinks)
             self._keep_rerun(metric_exporter)
             self.add_metrics("rerun", metric_exporter)
         else:
@@ -174,6 +197,7 @@ def configure(
     set_global: bool = True,
     map: str | Path | Any = None,  # a preset name, rule file, RuleSet or Mapper
     max_queue_bytes: int | None = None,
+    export_process: bool | None = None,
 ) -> Telemetry:
     """Set up tracer + meter providers for a prover and return a :class:`Telemetry`.
 
@@ -209,6 +233,9 @@ def configure(
         map: mapping rules for a foreign prover's spans, a preset name (``"sp1"``) or a
             rule file (``PROOFSCOPE_MAP``; docs/mapping.md): every sink receives the
             contract spans, and the proof metrics are recorded for them.
+        export_process: pack each span once and export OTLP and the Rerun view from one
+            child process, so neither competes with the prover for the GIL
+            (``PROOFSCOPE_EXPORT_PROCESS``; default off). Metrics stay in this process.
 
     Raises:
         ValueError: for an argument or variable that cannot be meant (``nan``, ``inf``,

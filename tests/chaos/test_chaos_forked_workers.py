@@ -46,7 +46,8 @@ PROVER = textwrap.dedent("""
 """)
 
 
-def test_process_and_pool_workers_export_their_spans(tmp_path) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("export_process", ["0", "1"], ids=["in-process", "export-process"])
+def test_process_and_pool_workers_export_their_spans(tmp_path, export_process) -> None:  # type: ignore[no-untyped-def]
     memory = InMemorySpanExporter()
     receiver = OtlpReceiver([memory], [], grpc_port=None, http_port=0)
     receiver.start()
@@ -54,7 +55,8 @@ def test_process_and_pool_workers_export_their_spans(tmp_path) -> None:  # type:
         script = tmp_path / "prover.py"
         script.write_text(PROVER)
         env = child_env(OTEL_EXPORTER_OTLP_ENDPOINT=receiver.http_endpoint or "",
-                        OTEL_EXPORTER_OTLP_PROTOCOL="http/protobuf")
+                        OTEL_EXPORTER_OTLP_PROTOCOL="http/protobuf",
+                        PROOFSCOPE_EXPORT_PROCESS=export_process)
         res = subprocess.run([sys.executable, str(script)], env=env, text=True,
                              capture_output=True, timeout=120, cwd=tmp_path)
     finally:

@@ -1,0 +1,349 @@
+"""Child side of the export process: OTLP export and the Rerun view, out of the prover's
+process.
+
+Run as ``python -m otel_proofscope.rerun.export_worker CONFIG_JSON`` by
+:mod:`otel_proofscope.rerun.export_process`.
+
+Why: on the prover's side every sink costs GIL time, the OTLP encoding and gRPC send
+(~18 µs per prover span) as much as the Rerun translation. Here the prover's process
+packs each span once (:func:`~otel_proofscope.rerun.span_wire.pack_spans_full`) and this
+process does the rest: it unpacks each frame once and hands the same spans to
+
+* the OTLP stage: :class:`~otel_proofscope.pipeline.processor.BoundedBatchSpanProcessor`
+  (its own bounded queue and export thread) around
+  :class:`~otel_proofscope.pipeline.fast_otlp.FastOTLPSpanExporter`, configured from the
+  ``OTEL_EXPORTER_OTLP_*`` variables this process inherited plus the protocol and
+  timeout ``configure()`` chose, behind a witness filter unless ``export_witness``;
+* the Rerun sink, exactly as :mod:`otel_proofscope.rerun.worker` does (when a target
+  is configured).
+
+Neither sink waits for the other: a dead collector fills only the OTLP stage's queue,
+and a Rerun view slower than the prover fills only the Rerun sink's queue (each drops
+what does not fit, counted under its own sink). So the frame loop never blocks on a
+sink and reads frames as fast as they come.
+
+Reports (JSON lines on the private stdout) add to the Rerun worker's what each sink has
+settled (``sink_settled``: exported or counted lost) and the witness events the OTLP
+stage withheld; losses of both sinks are in ``drops`` under their own sink names.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any, BinaryIO
+
+from opentelemetry.sdk.metrics.export import MetricsData
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+
+from otel_proofscope.ledger import DropLedger
+from otel_proofscope.pipeline.fast_otlp import FastOTLPSpanExporter
+from otel_proofscope.pipeline.privacy import WitnessFilter
+from otel_proofscope.pipeline.processor import BoundedBatchSpanProcessor
+from otel_proofscope.rerun.process import CLOSE, Counts
+from otel_proofscope.rerun.sink import DEFAULT_QUEUE, LEDGER_SINK, RerunSink, SinkStats
+from otel_proofscope.rerun.sink import parse_target as parse_rerun_target
+from otel_proofscope.rerun.worker import (
+    Worker,
+    child_pipes,
+    shutdown_timeout,
+    tune_gc,
+)
+from otel_proofscope.semconv import DropReason
+
+_log = logging.getLogger("otel_proofscope.rerun.export_worker")
+
+OTLP_SINK = "otlp"
+#: How often the child reports progress unasked: what it settled since is what the
+#: parent would count lost (not delivered) if the child were killed at the deadline.
+REPORT_INTERVAL_S = 0.25
+
+
+class ProgressLedger(DropLedger):
+    """The child's ledger: every loss is recorded under :attr:`progress`, the lock under
+    which a report reads what each sink settled, so a report never holds a loss in one
+    figure and not the other (the parent would count it twice, or as delivered)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.progress = threading.RLock()
+
+    def record(self, signal: str, sink: str, reason: str, count: int = 1) -> None:
+        with self.progress:
+            super().record(signal, sink, reason, count)
+
+
+class _Rejections(SpanExporter):
+    """Moves the spans a receiver rejected (partial success: delivered, then refused;
+    the exporter records them in its own ledger) into the child's ledger, under the
+    progress lock, counting them: a report subtracts them from the delivered spans."""
+
+    def __init__(self, inner: SpanExporter, rejections: DropLedger,
+                 ledger: ProgressLedger) -> None:
+        self.inner = inner
+        self._rejections = rejections
+        self._ledger = ledger
+        self.moved = 0
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        result = self.inner.export(spans)
+        rejected = self._rejections.total(signal="spans")
+        if rejected:
+            self._rejections.reset()
+            with self._ledger.progress:
+                self._ledger.record("spans", OTLP_SINK, DropReason.INVALID, rejected)
+                self.moved += rejected
+        return result
+
+    def shutdown(self) -> None:
+        self.inner.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        return self.inner.force_flush(timeout_millis)
+
+
+class OtlpStage:
+    """The OTLP sink of the child: a bounded queue and export thread of its own."""
+
+    def __init__(self, exporter: SpanExporter | None, rejections: DropLedger, *,
+                 export_witness: bool, queue: int, ledger: ProgressLedger) -> None:
+        self._ledger = ledger
+        self.filter = None if export_witness or exporter is None \
+            else WitnessFilter(exporter, OTLP_SINK)
+        self.rejections = None if exporter is None \
+            else _Rejections(self.filter or exporter, rejections, ledger)
+        self.processor = None if self.rejections is None else BoundedBatchSpanProcessor(
+            self.rejections, sink=OTLP_SINK, max_queue_size=queue, ledger=ledger)
+
+    def submit(self, spans: Sequence[ReadableSpan]) -> None:
+        if self.processor is None:
+            events = sum(len(s.events) for s in spans)
+            self._ledger.record("spans", OTLP_SINK, DropReason.EXPORT_FAILED, len(spans))
+            self._ledger.record("span_events", OTLP_SINK, DropReason.EXPORT_FAILED, events)
+            return
+        on_end = self.processor.on_end
+        for span in spans:
+            on_end(span)
+
+    def exported(self) -> tuple[Counts, int]:
+        """Spans and events the processor saw exported (a batch abandoned at the
+        deadline is not: it counted it lost), and the rejected spans among them; call
+        under the ledger's ``progress`` lock."""
+        if self.processor is None or self.rejections is None:
+            return Counts(), 0
+        stats = self.processor.stats
+        with stats.lock:
+            return Counts(stats.spans, stats.events), self.rejections.moved
+
+    @property
+    def withheld(self) -> int:
+        return self.filter.withheld_events if self.filter is not None else 0
+
+    def flush(self, timeout_s: float) -> bool:
+        if self.processor is None:
+            return True
+        return self.processor.force_flush(max(1, int(timeout_s * 1000)))
+
+    def close(self, timeout_s: float) -> None:
+        if self.processor is not None:
+            self.processor.shutdown(max(1, int(timeout_s * 1000)))
+
+
+class ExportSinks:
+    """The frame loop's sink: the same spans to the Rerun sink (if any) and OTLP."""
+
+    def __init__(self, rerun: RerunSink | None, otlp: OtlpStage | None) -> None:
+        self.rerun = rerun
+        self.otlp = otlp
+        self._no_stats = SinkStats()
+        #: The time the parent said it leaves us to close (a CLOSE frame), if it did.
+        self.close_within: float | None = None
+
+    @property
+    def stats(self) -> SinkStats:
+        return self.rerun.stats if self.rerun is not None else self._no_stats
+
+    def submit_spans(self, spans: Sequence[ReadableSpan], *, witness: bool = False) -> int:
+        if self.rerun is not None:
+            self.rerun.submit_spans(spans, witness=witness)
+        if self.otlp is not None:
+            self.otlp.submit(spans)
+        return len(spans)
+
+    def submit_metrics(self, data: MetricsData) -> bool:
+        # Metric frames come only from a Rerun metric exporter sharing this child.
+        return self.rerun.submit_metrics(data) if self.rerun is not None else False
+
+    def flush_rerun(self, timeout_s: float) -> bool:
+        return self.rerun.flush(timeout_s) if self.rerun is not None else True
+
+    def flush(self, timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
+        ok = self.flush_rerun(timeout_s)
+        if self.otlp is not None:
+            ok = self.otlp.flush(max(0.0, deadline - time.monotonic())) and ok
+        return ok
+
+    def close(self, timeout_s: float) -> None:
+        if self.close_within is not None:
+            timeout_s = min(timeout_s, self.close_within)
+        # Side by side: a collector that hangs must not take the Rerun sink's time.
+        closer = None
+        if self.otlp is not None:
+            closer = threading.Thread(target=self.otlp.close, args=(timeout_s,),
+                                      daemon=True, name="proofscope-export-otlp-close")
+            closer.start()
+        deadline = time.monotonic() + timeout_s
+        if self.rerun is not None:
+            self.rerun.close(timeout_s)
+        if closer is not None:
+            closer.join(max(0.0, deadline - time.monotonic()) + 0.1)
+
+
+class ExportWorker(Worker):
+    """The Rerun worker's frame loop, serving OTLP as well."""
+
+    KINDS = (*Worker.KINDS, CLOSE)
+
+    def __init__(self, sinks: ExportSinks, ledger: ProgressLedger, report: BinaryIO,
+                 capacity: int) -> None:
+        super().__init__(sinks, ledger, report, capacity)
+        self.progress = ledger.progress
+        self.sinks = sinks
+        self.span_sinks = tuple(name for name, on in ((LEDGER_SINK, sinks.rerun is not None),
+                                                      (OTLP_SINK, sinks.otlp is not None))
+                                if on)
+        self._report_lock = threading.Lock()
+        self._done = threading.Event()
+        self._last: Any = None
+        self._rerun_settled = Counts()
+        self._rerun_drops: dict[Any, int] = {}
+
+    def run(self, frames: BinaryIO, close_timeout_s: float) -> int:
+        ticker = threading.Thread(target=self._tick, daemon=True,
+                                  name="proofscope-export-reports")
+        ticker.start()
+        try:
+            return super().run(frames, close_timeout_s)
+        finally:
+            self._done.set()
+
+    def _tick(self) -> None:
+        while not self._done.wait(REPORT_INTERVAL_S):
+            self.report(only_if_changed=True)
+
+    def handle(self, kind: int, count: int, extra: int, payload: bytes) -> None:
+        if kind == CLOSE:
+            self.sinks.close_within = extra / 1000
+            return
+        super().handle(kind, count, extra, payload)
+
+    def _make_room(self, n: int) -> None:
+        # With OTLP here, the frame loop never waits for the Rerun sink: a slow view
+        # would hold up OTLP too (measured: at the shutdown deadline the frames still
+        # unread were lost for both sinks). The Rerun sink's own bounded queue then
+        # drops, counted under its name, what it cannot draw in time.
+        if self.sinks.otlp is not None or self.sinks.rerun is None:
+            return
+        super()._make_room(n)
+
+    def _lose_spans(self, spans: int, events: int, reason: str) -> None:
+        for sink in self.span_sinks:
+            self.ledger.record("spans", sink, reason, spans)
+            self.ledger.record("span_events", sink, reason, events)
+
+    def report(self, *, flush: int | None = None, ok: bool = True, final: bool = False,
+               only_if_changed: bool = False) -> None:
+        # From the frame loop and the ticker thread: one line at a time, in order.
+        with self._report_lock:
+            if final:
+                self._done.set()
+            elif self._done.is_set() and only_if_changed:
+                return  # the final report is written or being written
+            with self.progress:  # settled and lost: one consistent snapshot
+                drops = self.ledger.snapshot()
+                otlp = self.sinks.otlp
+                exported, rejected = otlp.exported() if otlp is not None else (Counts(), 0)
+            if not only_if_changed and (ok or final):
+                # The Rerun sink drew (or counted lost) everything it was given: only
+                # after a flush or its close is what it received settled, with the
+                # Rerun losses as of then. The ticker repeats both, so a kill counts
+                # the rest lost, once.
+                self._rerun_settled = Counts(**self.received.as_dict())
+                self._rerun_drops = {k: n for k, n in drops.items() if k.sink != OTLP_SINK}
+            entries = [[k.signal, k.sink, k.reason, n] for k, n in (
+                *self._rerun_drops.items(),
+                *((k, n) for k, n in drops.items() if k.sink == OTLP_SINK))]
+            stats = self.sink.stats
+            line: dict[str, Any] = {
+                "settled": self._rerun_settled.as_dict(), "drops": entries,
+                "drawn": [stats.spans_drawn, stats.orphans]}
+            if otlp is not None:
+                # Exported, or counted lost in the snapshot: settled for OTLP. The
+                # rejected spans are in both figures: once only.
+                lost = {sig: sum(n for k, n in drops.items()
+                                 if k.sink == OTLP_SINK and k.signal == sig)
+                        for sig in ("spans", "span_events")}
+                line["sink_settled"] = {OTLP_SINK: {
+                    "spans": exported.spans + lost["spans"] - rejected,
+                    "span_events": exported.span_events + lost["span_events"],
+                    "metric_points": 0}}
+                line["withheld"] = otlp.withheld
+            if only_if_changed and line == self._last:
+                return
+            self._last = line
+            line = {**line, "flush": flush, "ok": ok, "final": final}
+            try:
+                self._report.write(json.dumps(line).encode() + b"\n")
+                self._report.flush()
+            except OSError:
+                pass  # the parent is gone; nobody is left to tell
+
+
+def otlp_exporter(config: dict[str, Any], rejections: DropLedger) -> SpanExporter | None:
+    """The OTLP exporter ``configure()`` would have built, or None (logged) if the
+    settings cannot make one: every span is then counted lost for OTLP."""
+    try:
+        return FastOTLPSpanExporter(protocol=str(config["protocol"]),
+                                    timeout=float(config["timeout"]), sink=OTLP_SINK,
+                                    ledger=rejections)
+    except Exception as exc:
+        _log.warning("cannot export OTLP: %r; every span is counted lost for OTLP", exc)
+        return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m otel_proofscope.rerun.export_worker CONFIG_JSON",
+              file=sys.stderr)
+        return 64
+    config = json.loads(args[0])
+    report, frames = child_pipes("export process")
+    timeout = shutdown_timeout()
+    # The parent's ledger logs these losses once they are reported; not twice.
+    logging.getLogger("otel_proofscope.drops").disabled = True
+    ledger = ProgressLedger()
+    target = parse_rerun_target(config.get("target") or "off")
+    capacity = max(1, int(config.get("rerun_queue") or DEFAULT_QUEUE))
+    rerun = RerunSink(target, queue_size=capacity, ledger=ledger) \
+        if target.kind != "off" else None
+    otlp = None
+    if config.get("otlp"):
+        rejections = DropLedger()  # the receiver's, moved to ``ledger`` by _Delivered
+        otlp = OtlpStage(otlp_exporter(config["otlp"], rejections), rejections,
+                         export_witness=bool(config.get("export_witness")),
+                         queue=max(1, int(config.get("otlp_queue") or DEFAULT_QUEUE)),
+                         ledger=ledger)
+    worker = ExportWorker(ExportSinks(rerun, otlp), ledger, report, capacity // 2)
+    tune_gc()
+    return worker.run(frames, timeout)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

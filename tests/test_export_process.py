@@ -1,0 +1,296 @@
+"""The export process: configure() packs each span once, a child exports OTLP to a real
+gRPC receiver on 127.0.0.1 and draws the .rrd; every span is delivered or counted."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from otel_proofscope.instrumentation import ActivationStats
+from otel_proofscope.pipeline.drops import DROPS
+from otel_proofscope.pipeline.multi_sink import MultiSinkBatchSpanProcessor
+from otel_proofscope.pipeline.privacy import local
+from otel_proofscope.rerun import readback
+from otel_proofscope.rerun.export_process import ExportProcessSpanExporter
+from otel_proofscope.semconv import DropReason
+from otel_proofscope.setup import Telemetry, configure
+from tests.test_fast_otlp import _dead_port, _GrpcReceiver, blackhole, grpc_receiver
+
+__all__ = ["blackhole", "grpc_receiver"]  # fixtures, used by name
+
+
+def _prove(telemetry: Telemetry, layers: int = 3, *, system: str = "gkr") -> None:
+    tracer = telemetry.tracer
+    with tracer.proof(system=system, layers=layers):
+        for i in range(layers):
+            with tracer.layer(index=i, kind="MatMul", rounds=2):
+                tracer.sumcheck_round(0, [1, 2], 3)
+                tracer.sumcheck_round(1, [4, 5], 6)
+
+
+def _route(telemetry: Telemetry) -> MultiSinkBatchSpanProcessor:
+    procs = [p for p in telemetry.span_processors if isinstance(p, MultiSinkBatchSpanProcessor)]
+    assert len(procs) == 1
+    return procs[0]
+
+
+@pytest.fixture
+def env(monkeypatch: pytest.MonkeyPatch) -> Iterator[pytest.MonkeyPatch]:
+    monkeypatch.delenv("PROOFSCOPE_EXPORT_PROCESS", raising=False)
+    monkeypatch.setenv("OTEL_METRICS_EXPORTER", "rerun")
+    yield monkeypatch
+
+
+def test_every_span_reaches_the_receiver_intact_and_the_rrd(
+        env: pytest.MonkeyPatch, tmp_path: Path,
+        grpc_receiver: tuple[_GrpcReceiver, int]) -> None:
+    receiver, port = grpc_receiver
+    env.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{port}")
+    env.setenv("OTEL_EXPORTER_OTLP_HEADERS", "x-tenant=proofs")
+    memory = InMemorySpanExporter()
+    rrd = tmp_path / "route.rrd"
+    telemetry = configure(rerun=f"file:{rrd}", export_process=True, set_global=False,
+                          service_name="prover-x", span_exporters=[("mem", local(memory))])
+    route = _route(telemetry)
+    assert route.sinks == ("otlp", "rerun")
+    assert isinstance(route.exporter, ExportProcessSpanExporter)
+    # One processor for both sinks: no OTLP exporter in this process.
+    assert sorted(p.sink for p in telemetry.span_processors) == ["mem", "otlp+rerun"]
+    _prove(telemetry, layers=4)
+    # A flush returns once the child delivered, as the in-process exporter's does.
+    assert telemetry.force_flush(20)
+    assert sum(len(ss.spans) for r in receiver.requests for rs in r.resource_spans
+               for ss in rs.scope_spans) == 5
+    report = telemetry.shutdown(timeout_s=20)
+
+    sent = memory.get_finished_spans()
+    assert len(sent) == 5
+    assert report.spans_exported == {"otlp": 5, "rerun": 5, "mem": 5}
+    assert report.events_exported["otlp"] == 8
+    assert DROPS.total() == 0
+    got = {sp.span_id: (rs.resource, ss.scope, ss.schema_url, rs.schema_url, sp)
+           for req in receiver.requests for rs in req.resource_spans
+           for ss in rs.scope_spans for sp in ss.spans}
+    assert len(got) == 5
+    for span in sent:  # each span exactly as the official encoder writes it
+        want = encode_spans([span]).resource_spans[0]
+        scope_spans = want.scope_spans[0]
+        assert got[scope_spans.spans[0].span_id] == (
+            want.resource, scope_spans.scope, scope_spans.schema_url, want.schema_url,
+            scope_spans.spans[0])
+    assert all(md.get("x-tenant") == "proofs" for md in receiver.metadata)
+    rec = readback.read(rrd)
+    assert "/gkr/walk/nodes" in rec.paths()
+    # The Rerun metric exporter shares the child: one recording.
+    assert readback.recording_count(rrd) == 1
+    assert any(p.startswith("/proof/") for p in rec.paths())
+
+
+def test_environment_switch_and_otlp_only(env: pytest.MonkeyPatch, tmp_path: Path,
+                                          grpc_receiver: tuple[_GrpcReceiver, int]) -> None:
+    receiver, port = grpc_receiver
+    env.setenv("PROOFSCOPE_EXPORT_PROCESS", "1")
+    env.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{port}")
+    env.setenv("OTEL_METRICS_EXPORTER", "none")
+    telemetry = configure(set_global=False, out_dir=tmp_path)
+    assert _route(telemetry).sinks == ("otlp",)
+    _prove(telemetry)
+    report = telemetry.shutdown(timeout_s=20)
+    assert report.spans_exported == {"otlp": 4}
+    assert sum(len(ss.spans) for r in receiver.requests for rs in r.resource_spans
+               for ss in rs.scope_spans) == 4
+    assert DROPS.total() == 0
+    assert report.trace_line == ""
+
+
+def test_off_by_default(env: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    env.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{_dead_port()}")
+    telemetry = configure(set_global=False, rerun="off", out_dir=tmp_path)
+    assert not any(isinstance(p, MultiSinkBatchSpanProcessor)
+                   for p in telemetry.span_processors)
+    telemetry.shutdown(timeout_s=1)
+    DROPS.reset()
+
+
+@pytest.mark.parametrize("collector", ["dead", "silent"])
+def test_a_dead_collector_is_counted_within_the_bound_and_rerun_still_draws(
+        env: pytest.MonkeyPatch, tmp_path: Path, blackhole: int, collector: str) -> None:
+    port = _dead_port() if collector == "dead" else blackhole
+    env.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{port}")
+    rrd = tmp_path / "dead.rrd"
+    bound = 3.0
+    telemetry = configure(rerun=f"file:{rrd}", export_process=True, set_global=False,
+                          shutdown_timeout_s=bound)
+    start = time.perf_counter()
+    for _ in range(3):
+        _prove(telemetry, layers=5)
+    proving = time.perf_counter() - start
+    start = time.monotonic()
+    report = telemetry.shutdown()
+    took = time.monotonic() - start
+    assert took < bound + 1.0
+    assert proving < 2.0  # the prover never waits for the collector
+    spans, events = 18, 30
+    assert report.spans_exported["otlp"] == 0
+    assert DROPS.total(signal="spans", sink="otlp") == spans
+    assert DROPS.total(signal="span_events", sink="otlp") == events
+    assert report.spans_exported["rerun"] == spans
+    assert DROPS.total(sink="rerun") == 0
+    assert "/gkr/walk/nodes" in readback.read(rrd).paths()
+    reasons = {k.reason for k in DROPS.snapshot()}
+    assert reasons <= {DropReason.EXPORT_FAILED, DropReason.SHUTDOWN}
+
+
+def test_a_killed_child_counts_what_each_sink_did_not_settle(
+        env: pytest.MonkeyPatch, tmp_path: Path,
+        grpc_receiver: tuple[_GrpcReceiver, int]) -> None:
+    _receiver, port = grpc_receiver
+    env.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{port}")
+    telemetry = configure(rerun=f"file:{tmp_path / 'k.rrd'}", export_process=True,
+                          set_global=False)
+    exporter: Any = _route(telemetry).exporter
+    _prove(telemetry)
+    assert telemetry.force_flush(20)
+    assert exporter.force_flush(20_000)  # the child settled them: none may count lost
+    os.kill(exporter.worker.proc.pid, signal.SIGKILL)
+    exporter.worker.proc.wait(10)
+    _prove(telemetry, layers=2, system="late")
+    start = time.monotonic()
+    report = telemetry.shutdown(timeout_s=5)
+    assert time.monotonic() - start < 2.0
+    assert report.spans_exported["otlp"] == report.spans_exported["rerun"] == 4
+    for sink in ("otlp", "rerun"):
+        assert DROPS.total(signal="spans", sink=sink) == 3
+        assert DROPS.total(signal="span_events", sink=sink) == 4
+    assert {k.reason for k in DROPS.snapshot()} == {DropReason.SINK_UNAVAILABLE}
+
+
+def test_witness_events_stay_out_of_otlp_and_are_counted(
+        env: pytest.MonkeyPatch, tmp_path: Path,
+        grpc_receiver: tuple[_GrpcReceiver, int]) -> None:
+    receiver, port = grpc_receiver
+    env.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{port}")
+    telemetry = configure(rerun=f"file:{tmp_path / 'w.rrd'}", export_process=True,
+                          capture_witness=True, set_global=False)
+    with telemetry.tracer.proof(system="gkr", layers=1), \
+            telemetry.tracer.layer(index=0, kind="MatMul", rounds=1):
+        telemetry.tracer.sumcheck_round(0, [1, 2], 3)
+        telemetry.tracer.layer_activation(ActivationStats(0.5, 0.1, 0.0, 1.0, 0.2, [0.3]))
+        telemetry.tracer.attention_heatmap(0, 1, [[0.5, 0.5], [0.1, 0.9]])
+    report = telemetry.shutdown(timeout_s=20)
+    names = {ev.name for r in receiver.requests for rs in r.resource_spans
+             for ss in rs.scope_spans for sp in ss.spans for ev in sp.events}
+    assert names == {"proof.sumcheck.round"}
+    assert report.witness_by_sink == {"otlp": 2} and report.witness_events_withheld == 2
+    assert report.events_exported["otlp"] == 1
+    assert DROPS.total() == 0
+
+
+def _forked_prover(telemetry: Telemetry, results: Any) -> None:
+    """A multiprocessing worker forked after configure(): proves, then reports its own
+    losses and warnings and stays alive while the parent shuts down."""
+    said: list[str] = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = lambda record: said.append(record.getMessage())  # type: ignore[method-assign]
+    logging.getLogger("otel_proofscope.rerun").addHandler(handler)
+    _prove(telemetry, layers=2, system="fork")
+    for p in telemetry.span_processors:
+        p.shutdown(10_000)  # what the worker's exit does (pipeline/fork_exit.py)
+    results.put((DROPS.total(signal="spans", sink="rerun"),
+                 DROPS.total(signal="span_events", sink="rerun"),
+                 DROPS.total(sink="otlp"),
+                 sum("was forked from the one that owns" in m for m in said)))
+    time.sleep(6)
+
+
+def test_a_forked_worker_exports_its_otlp_through_its_own_child_and_counts_rerun(
+        env: pytest.MonkeyPatch, tmp_path: Path,
+        grpc_receiver: tuple[_GrpcReceiver, int]) -> None:
+    import multiprocessing
+
+    receiver, port = grpc_receiver
+    env.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{port}")
+    rrd = tmp_path / "fork.rrd"
+    telemetry = configure(rerun=f"file:{rrd}", export_process=True, set_global=False)
+    ctx = multiprocessing.get_context("fork")
+    results = ctx.Queue()
+    worker = ctx.Process(target=_forked_prover, args=(telemetry, results), daemon=True)
+    worker.start()
+    try:
+        # The fork's own 3 spans and 4 round events: not drawn, counted, said once;
+        # delivered over OTLP by its own export process (its shutdown waited for it).
+        assert results.get(timeout=30) == (3, 4, 0, 1)
+        _prove(telemetry)
+        start = time.monotonic()
+        report = telemetry.shutdown(timeout_s=3)
+        took = time.monotonic() - start
+        assert worker.is_alive()  # still holding whatever it inherited
+    finally:
+        worker.kill()
+        worker.join(5)
+    assert took < 2.0  # the fork's inherited pipe did not hold up the parent's child
+    assert report.spans_exported == {"otlp": 4, "rerun": 4}
+    assert DROPS.total() == 0
+    systems = [a.value.string_value for r in receiver.requests for rs in r.resource_spans
+               for ss in rs.scope_spans for sp in ss.spans for a in sp.attributes
+               if a.key == "proof.system"]
+    assert sorted(systems) == ["fork", "gkr"]
+    proofs = {p for p in readback.read(rrd).paths() if p.startswith("/proof/progress/")}
+    assert len(proofs) == 1, proofs  # the parent's proof only
+
+
+def test_spans_a_receiver_rejects_are_counted_once_and_not_delivered(
+        env: pytest.MonkeyPatch, tmp_path: Path,
+        grpc_receiver: tuple[_GrpcReceiver, int]) -> None:
+    receiver, port = grpc_receiver
+    receiver.rejected = 1  # every response: one span refused (partial success)
+    env.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{port}")
+    env.setenv("OTEL_METRICS_EXPORTER", "none")
+    telemetry = configure(rerun=f"file:{tmp_path / 'r.rrd'}", export_process=True,
+                          set_global=False)
+    _prove(telemetry)
+    report = telemetry.shutdown(timeout_s=20)
+    requests = len(receiver.requests)
+    assert requests >= 1
+    assert DROPS.total(signal="spans", sink="otlp", reason=DropReason.INVALID) == requests
+    assert DROPS.total() == requests
+    assert report.spans_exported == {"otlp": 4 - requests, "rerun": 4}
+
+
+def test_a_stuck_child_is_killed_at_the_deadline_and_each_sink_adds_up(
+        env: pytest.MonkeyPatch, tmp_path: Path,
+        grpc_receiver: tuple[_GrpcReceiver, int]) -> None:
+    _receiver, port = grpc_receiver
+    env.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{port}")
+    env.setenv("OTEL_METRICS_EXPORTER", "none")
+    telemetry = configure(rerun=f"file:{tmp_path / 's.rrd'}", export_process=True,
+                          set_global=False)
+    exporter: Any = _route(telemetry).exporter
+    _prove(telemetry)
+    assert telemetry.force_flush(20)
+    assert exporter.force_flush(20_000)  # the child settled them: none may count lost
+    os.kill(exporter.worker.proc.pid, signal.SIGSTOP)  # alive, but reads nothing
+    try:
+        _prove(telemetry, layers=5, system="late")
+        start = time.monotonic()
+        report = telemetry.shutdown(timeout_s=1.5)
+        took = time.monotonic() - start
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(exporter.worker.proc.pid, signal.SIGKILL)
+    assert took < 2.5
+    for sink in ("otlp", "rerun"):
+        assert report.spans_exported[sink] == 4
+        assert DROPS.total(signal="spans", sink=sink, reason=DropReason.SHUTDOWN) == 6
+        assert DROPS.total(signal="span_events", sink=sink) == 10
+    assert DROPS.total() == 2 * (6 + 10)
