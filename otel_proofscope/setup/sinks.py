@@ -128,8 +128,20 @@ def rerun_metric_exporter(options: Options, in_child: bool | None = None) -> Met
 def export_process_config(options: Options) -> Any:
     """The export process's settings (``rerun.export_process.ExportConfig``) when that
     route is switched on and serves a span sink configure() would build, else None."""
-    from otel_proofscope.rerun import export_process
+    if options.export_process is False:
+        return None
+    try:  # the child lives in the rerun package, which needs rerun-sdk installed
+        from otel_proofscope.rerun import export_process
+    except ImportError:
+        if options.export_process:
+            raise
+        if os.environ.get("PROOFSCOPE_EXPORT_PROCESS", "").strip():
+            import logging
 
+            logging.getLogger(__name__).warning(
+                "export process: needs rerun-sdk (pip install 'otel-proofscope[rerun]'); "
+                "spans are exported from this process")
+        return None
     if not export_process.enabled(options.export_process):
         return None
     otlp = "otlp" in options.trace_exporters
