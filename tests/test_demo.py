@@ -418,21 +418,30 @@ def test_spawn_without_a_usable_display_is_reported_not_claimed(tmp_path: Path,
     assert "received the recording" not in out and "sent to the spawned" not in out, out
     rrd = tmp_path / "proofscope.rrd"
     assert f"--rerun file:{rrd}, then open it with: rerun {rrd}" in out
+    # Both cases are caught before a viewer is spawned: the loss is counted and the
+    # sink's one warning says why (a dead DISPLAY used to spawn a viewer that died).
+    assert "dropped: nothing" not in out
+    assert "spans → rerun (sink_unavailable)" in out
     if display is None:
-        assert "dropped: nothing" not in out
-        assert "spans → rerun (sink_unavailable)" in out
-        assert "no display" in proc.stderr  # the sink's one warning says why
+        assert "no display" in proc.stderr
+    else:
+        assert f"no display server answers (DISPLAY={display} is set" in proc.stderr
 
 
-def test_no_display_detection(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_no_display_detection(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     from otel_proofscope.rerun.sink import no_display
 
     for var in ("DISPLAY", "WAYLAND_DISPLAY", "WAYLAND_SOCKET"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setattr(sys, "platform", "linux")
     assert no_display() is not None and "--rerun file:" in str(no_display())
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
     monkeypatch.setenv("WAYLAND_DISPLAY", "wayland-0")
-    assert no_display() is None
+    assert no_display() is not None  # named, but no compositor listens there
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as compositor:
+        compositor.bind(str(tmp_path / "wayland-0"))
+        compositor.listen(1)
+        assert no_display() is None
     monkeypatch.delenv("WAYLAND_DISPLAY")
     monkeypatch.setattr(sys, "platform", "darwin")
     assert no_display() is None

@@ -23,7 +23,6 @@ import contextlib
 import dataclasses
 import logging
 import os
-import sys
 import threading
 import time
 import uuid
@@ -46,6 +45,7 @@ from otel_proofscope.ledger import DROPS, DropLedger
 from otel_proofscope.pipeline.forking import after_fork_in_child
 from otel_proofscope.rerun import blueprint, exit_guard, span_guard
 from otel_proofscope.rerun.columns import Frame, Send
+from otel_proofscope.rerun.display import display_unavailable
 from otel_proofscope.rerun.liveness import speaks_http2, tcp_accepts
 from otel_proofscope.rerun.model import GapTable, ProofRegistry
 from otel_proofscope.rerun.shared import SharedByTarget
@@ -123,19 +123,9 @@ def parse_target(text: str | None) -> Target:
 
 
 def no_display() -> str | None:
-    """Why a spawned viewer cannot open a window here, or None where it can.
-
-    On Linux the viewer needs X11 or Wayland; without either it binds its port, then
-    exits (winit: no DISPLAY), and the recording sent to it is lost. Other platforms
-    always have a window system.
-    """
-    if not sys.platform.startswith("linux"):
-        return None
-    if any(os.environ.get(v) for v in ("DISPLAY", "WAYLAND_DISPLAY", "WAYLAND_SOCKET")):
-        return None
-    return ("no display (DISPLAY and WAYLAND_DISPLAY are unset), so the viewer cannot "
-            "start; record to a file instead (--rerun file:PATH.rrd) and open it where "
-            "there is a display: rerun PATH.rrd")
+    """Why a spawned viewer cannot open a window here, or None where it can (a display
+    variable that is set must also name a server that answers)."""
+    return display_unavailable()
 
 
 #: Whether something accepts TCP connections at host:port (kept for callers).
