@@ -45,7 +45,7 @@ from otel_proofscope.ledger import DropLedger
 from otel_proofscope.pipeline.fast_otlp import FastOTLPSpanExporter
 from otel_proofscope.pipeline.privacy import WitnessFilter
 from otel_proofscope.pipeline.processor import BoundedBatchSpanProcessor
-from otel_proofscope.rerun.process import CLOSE, Counts
+from otel_proofscope.rerun.process import CLOSE, FLUSH, Counts
 from otel_proofscope.rerun.sink import DEFAULT_QUEUE, LEDGER_SINK, RerunSink, SinkStats
 from otel_proofscope.rerun.sink import parse_target as parse_rerun_target
 from otel_proofscope.rerun.worker import (
@@ -241,7 +241,35 @@ class ExportWorker(Worker):
         if kind == CLOSE:
             self.sinks.close_within = extra / 1000
             return
+        if kind == FLUSH and self.sinks.otlp is not None:
+            self._flush_each(count, extra / 1000)
+            return
         super().handle(kind, count, extra, payload)
+
+    def _flush_each(self, flush_id: int, timeout_s: float) -> None:
+        """The Rerun sink first, settled and reported at once, then OTLP: a dead
+        collector holds the OTLP flush for its whole timeout, and a parent that kills
+        us at its deadline meanwhile must still see what the Rerun view drew (it
+        counted all of it lost when the one report came after both flushes)."""
+        deadline = time.monotonic() + timeout_s
+        rerun_ok = self.sinks.flush_rerun(timeout_s)
+        if rerun_ok:
+            self._settle_rerun()
+            self.report(only_if_changed=True)
+        otlp = self.sinks.otlp
+        assert otlp is not None
+        otlp_ok = otlp.flush(max(0.0, deadline - time.monotonic()))
+        self._pending = 0
+        self.report(flush=flush_id, ok=rerun_ok and otlp_ok, rerun_ok=rerun_ok)
+
+    def _settle_rerun(self) -> None:
+        """What the Rerun sink was given is drawn or counted lost (after its flush or
+        close): settled, with its losses as of now. Reports repeat both, so a kill
+        counts the rest lost, once."""
+        with self.progress:
+            drops = self.ledger.snapshot()
+            self._rerun_settled = Counts(**self.received.as_dict())
+            self._rerun_drops = {k: n for k, n in drops.items() if k.sink != OTLP_SINK}
 
     def _make_room(self, n: int) -> None:
         # With OTLP here, the frame loop never waits for the Rerun sink: a slow view
@@ -258,24 +286,19 @@ class ExportWorker(Worker):
             self.ledger.record("span_events", sink, reason, events)
 
     def report(self, *, flush: int | None = None, ok: bool = True, final: bool = False,
-               only_if_changed: bool = False) -> None:
+               only_if_changed: bool = False, rerun_ok: bool | None = None) -> None:
         # From the frame loop and the ticker thread: one line at a time, in order.
         with self._report_lock:
             if final:
                 self._done.set()
             elif self._done.is_set() and only_if_changed:
                 return  # the final report is written or being written
+            if final or (not only_if_changed and ok and rerun_ok is None):
+                self._settle_rerun()  # after the Rerun sink's flush or close
             with self.progress:  # settled and lost: one consistent snapshot
                 drops = self.ledger.snapshot()
                 otlp = self.sinks.otlp
                 exported, rejected = otlp.exported() if otlp is not None else (Counts(), 0)
-            if not only_if_changed and (ok or final):
-                # The Rerun sink drew (or counted lost) everything it was given: only
-                # after a flush or its close is what it received settled, with the
-                # Rerun losses as of then. The ticker repeats both, so a kill counts
-                # the rest lost, once.
-                self._rerun_settled = Counts(**self.received.as_dict())
-                self._rerun_drops = {k: n for k, n in drops.items() if k.sink != OTLP_SINK}
             entries = [[k.signal, k.sink, k.reason, n] for k, n in (
                 *self._rerun_drops.items(),
                 *((k, n) for k, n in drops.items() if k.sink == OTLP_SINK))]
