@@ -252,3 +252,65 @@ def test_second_writer_of_one_rrd_gets_its_own_file(tmp_path: Path,
     assert third.flush(10)
     third.close(5)
     assert len(readback.read(path).rows("/gkr/walk/nodes")) == 2
+
+
+def _held(sink: RerunSink) -> RerunSink:
+    """The sink with its sender not started yet: what is queued stays queued."""
+    sink._start = lambda: None  # type: ignore[method-assign]
+    return sink
+
+
+def _release(sink: RerunSink) -> None:
+    del sink._start  # the class's method again
+    sink._start()
+
+
+def test_the_queue_is_bounded_in_bytes_too_and_counts_what_does_not_fit(
+        tmp_path: Path) -> None:
+    from otel_proofscope.pipeline.processor import estimate_bytes
+
+    batch = spans(layers=3)  # the layers first (they end first), then the proof
+    sizes = [estimate_bytes(s) for s in batch]
+    room = sizes[0] + sizes[1] + sizes[2] // 2  # two spans fit, the third does not
+    sink = _held(RerunSink(parse_target(f"file:{tmp_path / 'b.rrd'}"), queue_bytes=room))
+    assert sink.can_take(batch)  # an empty queue takes anything (the rest is counted)
+    assert sink.submit_spans(batch) == 2
+    lost = batch[2:]
+    assert DROPS.total(signal="spans", sink="rerun", reason="queue_full") == len(lost)
+    assert DROPS.total(signal="span_events", sink="rerun", reason="queue_full") == sum(
+        len(s.events) for s in lost)
+    assert not sink.can_take(batch[2:3])  # fits in count (8,192), not in bytes
+    assert sink.backlog() == (2, sinks.DEFAULT_QUEUE)
+    _release(sink)
+    assert sink.flush(30)
+    assert sink.can_take(batch)  # drained: the bytes are free again
+    assert sink.stats.spans_translated == 2
+    sink.close(10)
+
+
+def test_a_byte_full_queue_makes_the_receiver_refuse_not_drop(tmp_path: Path) -> None:
+    """serve's rule (a queue that cannot take a request refuses it, the sender retries)
+    holds for the byte bound too: the receiver asks the exporter, not only the count."""
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+
+    from otel_proofscope.integrations.otlp_receiver.core import Ingest, Outcome
+    from otel_proofscope.pipeline.processor import estimate_bytes
+
+    batch = spans(layers=3)
+    exporter = RerunSpanExporter(f"file:{tmp_path / 'r.rrd'}")
+    sink = _held(exporter.sink)
+    sink._capacity_bytes = sum(estimate_bytes(s) for s in batch)  # the batch, no more
+    receiver = Ingest([exporter], [])
+    assert receiver.handle_traces(encode_spans(batch[:1])).outcome is Outcome.OK
+    assert sink.backlog() == (1, sinks.DEFAULT_QUEUE)  # far from full in count
+    refused = receiver.handle_traces(encode_spans(batch))
+    assert refused.outcome is Outcome.BUSY
+    assert DROPS.total(sink="rerun") == 0  # refused before the queue: nothing dropped
+    _release(sink)
+    assert sink.flush(30)
+    assert receiver.handle_traces(encode_spans(batch)).outcome is Outcome.OK
+    assert exporter.force_flush(30_000)
+    assert sink.stats.spans_translated == 5
+    # Only the refusal is counted (as a refused request): no span was dropped.
+    assert DROPS.total() == DROPS.total(signal="otlp_traces_requests", reason="queue_full") == 1
+    exporter.shutdown()

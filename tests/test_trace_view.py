@@ -215,6 +215,45 @@ def test_a_bounded_wait_then_an_orphan_and_a_bounded_buffer() -> None:
     assert tr.drain(Frame()).drawn == 0
 
 
+def test_a_waiting_span_keeps_only_what_its_box_needs() -> None:
+    """Spans that wait for their parent hold a few hundred bytes each, not their events
+    and attributes (16-round layer spans held ~17 KB each: 32,768 could wait)."""
+    import gc
+    import tracemalloc
+
+    def heavy(i: int) -> ReadableSpan:
+        ctx = SpanContext(TRACE, 1000 + i, False, TraceFlags(TraceFlags.SAMPLED))
+        par = SpanContext(TRACE, 7, False, TraceFlags(TraceFlags.SAMPLED))
+        events = [Event("proof.sumcheck.round", {"proof.sumcheck.round": r,
+                                                 "proof.sumcheck.poly": f"{r:0300d}",
+                                                 "proof.claim": f"{r:0200d}"},
+                        timestamp=T0 + r) for r in range(16)]
+        attrs = {f"proof.layer.attr{k}": f"value-{i}-{k:060d}" for k in range(8)}
+        return ReadableSpan(name="proof.layer", context=ctx, parent=par, attributes=attrs,
+                            events=events, start_time=T0 + i, end_time=T0 + i + 1,
+                            resource=Resource({"service.name": "prover"}))
+
+    n = 500
+    tr = TraceTranslator(wait_s=600.0)
+    tracemalloc.start()
+    try:
+        gc.collect()
+        before = tracemalloc.get_traced_memory()[0]
+        batch = [heavy(i) for i in range(n)]
+        payload = tracemalloc.get_traced_memory()[0] - before
+        tr.translate(batch, Frame(), now=1.0)
+        del batch
+        gc.collect()
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert tr.pending == n
+    assert payload / n > 10_000  # what each span carried
+    assert held / n < 1_500, f"{held / n:.0f} bytes per waiting span"
+    drawn = tr.translate([_span("parent", 7, None, T0, T0 + 10_000)], Frame(), now=2.0)
+    assert (drawn.drawn, drawn.orphans, tr.pending) == (n + 1, 0, 0)
+
+
 def test_mapped_span_label_names_source_and_contract() -> None:
     tr = TraceTranslator(wait_s=1.0)
     frame = Frame()

@@ -120,6 +120,9 @@ class SinkBackend:
     def backlog(self) -> tuple[int, int]:
         return self.sink.backlog()
 
+    def can_take(self, spans: Sequence[ReadableSpan]) -> bool:
+        return self.sink.can_take(spans)
+
     def release(self, timeout_s: float) -> None:
         sinks.release(self.sink, timeout_s)
 
@@ -160,6 +163,12 @@ class RerunSpanExporterBase(SpanExporter):
         where unknown (a child process, or off)."""
         backlog = getattr(self._backend, "backlog", None)
         return backlog() if callable(backlog) else None
+
+    def can_take(self, spans: Sequence[ReadableSpan]) -> bool | None:
+        """Whether an in-process sink's queue takes ``spans`` now (count and bytes);
+        None where unknown."""
+        can_take = getattr(self._backend, "can_take", None)
+        return can_take(spans) if callable(can_take) else None
 
     def shutdown(self) -> None:
         if self._closed:

@@ -43,6 +43,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 
 from otel_proofscope.ledger import DROPS, DropLedger
 from otel_proofscope.pipeline.forking import after_fork_in_child
+from otel_proofscope.pipeline.processor import estimate_bytes
 from otel_proofscope.rerun import blueprint, exit_guard, span_guard
 from otel_proofscope.rerun.columns import Frame, Send
 from otel_proofscope.rerun.display import display_unavailable
@@ -71,6 +72,11 @@ WALK_SIGNAL = "proof_walk_spans"
 PARENT_SIGNAL = "span_parents"
 #: Items (spans or metric points) queued before new ones are dropped and counted.
 DEFAULT_QUEUE = 8192
+#: The same bound in estimated bytes (``pipeline.processor.estimate_bytes``): a span's
+#: memory grows with its events (a 16-round layer span holds ~17 KB), so 8,192 queued
+#: spans could hold ~140 MB. Batches taken off the queue for one frame are capped at a
+#: quarter of it.
+DEFAULT_QUEUE_BYTES = 16 * 2**20
 #: Spans translated together (one frame, one send per entity).
 MAX_BATCH = 4096
 
@@ -154,20 +160,25 @@ class _Item:
     events: int = 0
     witness: bool = False
     done: threading.Event | None = None
+    size: int = 0  # estimated bytes held (spans)
 
 
 class RerunSink:
     """Translates and sends to one target on a background thread."""
 
     def __init__(self, target: Target, *, queue_size: int = DEFAULT_QUEUE,
-                 probe_interval_s: float = 1.0, retry_interval_s: float = 5.0,
+                 queue_bytes: int = DEFAULT_QUEUE_BYTES, probe_interval_s: float = 1.0,
+                 retry_interval_s: float = 5.0,
                  connect_timeout_s: float = 5.0, write_timeout_s: float = 5.0,
                  ledger: DropLedger = DROPS) -> None:
-        if queue_size < 1:
-            raise ValueError("queue_size must be >= 1")
+        if queue_size < 1 or queue_bytes < 1:
+            raise ValueError("queue_size and queue_bytes must be >= 1")
         self.target = target
         self.stats = SinkStats()
         self._capacity = queue_size
+        self._capacity_bytes = queue_bytes
+        self._batch_bytes = max(1, queue_bytes // 4)
+        self._queued_bytes = 0
         self._probe_interval = probe_interval_s
         self._retry_interval = retry_interval_s
         self._connect_timeout = connect_timeout_s
@@ -210,6 +221,7 @@ class RerunSink:
         self._forked = True
         self._queue.clear()
         self._queued = 0
+        self._queued_bytes = 0
         self._in_flight = []
         self._unconfirmed = []
 
@@ -232,16 +244,26 @@ class RerunSink:
             self._refuse_forked(_Item("spans", None, len(spans),
                                       sum(len(s.events) for s in spans)))
             return 0
+        sizes = [estimate_bytes(s) for s in spans]  # outside the lock: the sender waits
         with self._cond:
             if self._closed:
                 accepted = 0
             else:
                 accepted = min(len(spans), self._capacity - self._queued)
+                room = self._capacity_bytes - self._queued_bytes
+                size = 0
+                for i in range(accepted):
+                    if size + sizes[i] > room:
+                        accepted = i
+                        break
+                    size += sizes[i]
                 if accepted > 0:
                     batch = list(spans[:accepted])
                     self._queue.append(_Item("spans", batch, accepted,
-                                             sum(len(s.events) for s in batch), witness))
+                                             sum(len(s.events) for s in batch), witness,
+                                             size=size))
                     self._queued += accepted
+                    self._queued_bytes += size
                     self._cond.notify()
             closed = self._closed
         if accepted < len(spans):
@@ -275,9 +297,21 @@ class RerunSink:
         return True
 
     def backlog(self) -> tuple[int, int]:
-        """(items queued, capacity): a full queue drops new items (counted)."""
+        """(items queued, capacity): a full queue drops new items (counted). The byte
+        bound is folded in: a queue whose bytes are full reports itself full."""
         with self._cond:
+            if self._queued_bytes >= self._capacity_bytes:
+                return self._capacity, self._capacity
             return self._queued, self._capacity
+
+    def can_take(self, spans: Sequence[ReadableSpan]) -> bool:
+        """Whether ``spans`` fit in the queue now, in count and in estimated bytes (an
+        empty queue takes anything: what does not fit is counted when submitted)."""
+        size = sum(estimate_bytes(s) for s in spans)
+        with self._cond:
+            return self._queued == 0 or (
+                self._queued + len(spans) <= self._capacity
+                and self._queued_bytes + size <= self._capacity_bytes)
 
     def flush(self, timeout_s: float) -> bool:
         """Wait (at most ``timeout_s``) until everything queued so far reached Rerun."""
@@ -325,6 +359,7 @@ class RerunSink:
                 self._queue.append(_Item("stop", time.monotonic()))
                 self._cond.notify()
             self._queued = 0
+            self._queued_bytes = 0
         for item in lost:
             self._lose_item(item, DropReason.SHUTDOWN)
         if lost:
@@ -431,13 +466,16 @@ class RerunSink:
                     first = self._queue.popleft()
                     items = [first]
                     if first.kind == "spans":  # coalesce queued span batches into one frame
-                        n = first.n
+                        n, size = first.n, first.size
                         while self._queue and self._queue[0].kind == "spans" \
-                                and n < MAX_BATCH and self._queue[0].witness == first.witness:
+                                and n < MAX_BATCH and size < self._batch_bytes \
+                                and self._queue[0].witness == first.witness:
                             nxt = self._queue.popleft()
                             items.append(nxt)
                             n += nxt.n
+                            size += nxt.size
                     self._queued -= sum(i.n for i in items)
+                    self._queued_bytes -= sum(i.size for i in items)
                     self._in_flight = items
             if tick:
                 try:

@@ -239,6 +239,16 @@ class Ingest:
                     return True
         return False
 
+    def _cannot_take(self, spans: list[ReadableSpan]) -> bool:
+        """Whether a span exporter that can tell (``can_take``: the Rerun exporter, in
+        spans and in estimated bytes) cannot queue ``spans`` now; else the count alone."""
+        for exporter in self.span_exporters:
+            can_take = getattr(exporter, "can_take", None)
+            got = can_take(spans) if callable(can_take) else None
+            if got is False:
+                return True
+        return self._backlog_full(len(spans))
+
     def _refuse_full(self, spans: int) -> Result:
         # A sender that outpaces the drawing is told to retry (UNAVAILABLE / 503 with a
         # retry hint, as for a busy receiver) rather than have its spans dropped by a
@@ -255,7 +265,7 @@ class Ingest:
             return ""
         errors: list[str] = []
         with self._export_lock:
-            if self._backlog_full(len(spans)):
+            if self._cannot_take(spans):
                 return None
             for exporter in self.span_exporters:
                 try:
