@@ -46,7 +46,13 @@ from otel_proofscope.pipeline.fast_otlp import FastOTLPSpanExporter
 from otel_proofscope.pipeline.privacy import WitnessFilter
 from otel_proofscope.pipeline.processor import BoundedBatchSpanProcessor
 from otel_proofscope.rerun.process import CLOSE, FLUSH, Counts
-from otel_proofscope.rerun.sink import DEFAULT_QUEUE, LEDGER_SINK, RerunSink, SinkStats
+from otel_proofscope.rerun.sink import (
+    CHILD_QUEUE_BYTES,
+    DEFAULT_QUEUE,
+    LEDGER_SINK,
+    RerunSink,
+    SinkStats,
+)
 from otel_proofscope.rerun.sink import parse_target as parse_rerun_target
 from otel_proofscope.rerun.worker import (
     Worker,
@@ -354,7 +360,8 @@ def main(argv: list[str] | None = None) -> int:
     ledger = ProgressLedger()
     target = parse_rerun_target(config.get("target") or "off")
     capacity = max(1, int(config.get("rerun_queue") or DEFAULT_QUEUE))
-    rerun = RerunSink(target, queue_size=capacity, ledger=ledger) \
+    rerun = RerunSink(target, queue_size=capacity, queue_bytes=CHILD_QUEUE_BYTES,
+                      ledger=ledger) \
         if target.kind != "off" else None
     otlp = None
     if config.get("otlp"):

@@ -199,7 +199,8 @@ def main(argv: list[str] | None = None) -> int:
     # The parent's ledger logs these losses once they are reported; not twice.
     logging.getLogger("otel_proofscope.drops").disabled = True
     ledger = DropLedger()
-    sink = RerunSink(target, queue_size=capacity, ledger=ledger)
+    sink = RerunSink(target, queue_size=capacity, queue_bytes=sinks.CHILD_QUEUE_BYTES,
+                     ledger=ledger)
     tune_gc()
     return Worker(sink, ledger, report, capacity // 2).run(frames, timeout)
 
