@@ -45,6 +45,7 @@ from otel_proofscope.ledger import DropLedger
 from otel_proofscope.pipeline.fast_otlp import FastOTLPSpanExporter
 from otel_proofscope.pipeline.privacy import WitnessFilter
 from otel_proofscope.pipeline.processor import BoundedBatchSpanProcessor
+from otel_proofscope.rerun.backlog import PackedBacklog
 from otel_proofscope.rerun.process import CLOSE, FLUSH, Counts
 from otel_proofscope.rerun.sink import (
     CHILD_QUEUE_BYTES,
@@ -161,11 +162,16 @@ class OtlpStage:
 
 
 class ExportSinks:
-    """The frame loop's sink: the same spans to the Rerun sink (if any) and OTLP."""
+    """The frame loop's sink: the same spans to the Rerun sink (if any) and OTLP.
 
-    def __init__(self, rerun: RerunSink | None, otlp: OtlpStage | None) -> None:
+    The Rerun sink sits behind a :class:`~otel_proofscope.rerun.backlog.PackedBacklog`:
+    the frame loop never waits for it, and a burst it lags behind waits packed."""
+
+    def __init__(self, rerun: RerunSink | None, otlp: OtlpStage | None,
+                 ledger: DropLedger) -> None:
         self.rerun = rerun
         self.otlp = otlp
+        self.backlog = None if rerun is None else PackedBacklog(rerun, ledger)
         self._no_stats = SinkStats()
         #: The time the parent said it leaves us to close (a CLOSE frame), if it did.
         self.close_within: float | None = None
@@ -181,12 +187,24 @@ class ExportSinks:
             self.otlp.submit(spans)
         return len(spans)
 
+    def submit_frame(self, spans: Sequence[ReadableSpan], payload: bytes,
+                     witness: bool) -> None:
+        """The spans of one frame, with the frame itself (what the backlog keeps)."""
+        if self.backlog is not None:
+            self.backlog.submit(spans, payload, witness=witness)
+        if self.otlp is not None:
+            self.otlp.submit(spans)
+
     def submit_metrics(self, data: MetricsData) -> bool:
         # Metric frames come only from a Rerun metric exporter sharing this child.
         return self.rerun.submit_metrics(data) if self.rerun is not None else False
 
     def flush_rerun(self, timeout_s: float) -> bool:
-        return self.rerun.flush(timeout_s) if self.rerun is not None else True
+        if self.rerun is None or self.backlog is None:
+            return True
+        deadline = time.monotonic() + timeout_s
+        return self.backlog.drain(timeout_s) and \
+            self.rerun.flush(max(0.0, deadline - time.monotonic()))
 
     def flush(self, timeout_s: float) -> bool:
         deadline = time.monotonic() + timeout_s
@@ -205,8 +223,10 @@ class ExportSinks:
                                       daemon=True, name="proofscope-export-otlp-close")
             closer.start()
         deadline = time.monotonic() + timeout_s
-        if self.rerun is not None:
-            self.rerun.close(timeout_s)
+        if self.rerun is not None and self.backlog is not None:
+            # Half the time to hand the backlog over, the rest (at least) to draw it.
+            self.backlog.close(timeout_s / 2)
+            self.rerun.close(max(0.0, deadline - time.monotonic()))
         if closer is not None:
             closer.join(max(0.0, deadline - time.monotonic()) + 0.1)
 
@@ -242,6 +262,10 @@ class ExportWorker(Worker):
     def _tick(self) -> None:
         while not self._done.wait(REPORT_INTERVAL_S):
             self.report(only_if_changed=True)
+
+    def _submit_spans(self, spans: Sequence[ReadableSpan], payload: bytes,
+                      witness: bool) -> None:
+        self.sinks.submit_frame(spans, payload, witness)
 
     def handle(self, kind: int, count: int, extra: int, payload: bytes) -> None:
         if kind == CLOSE:
@@ -370,7 +394,7 @@ def main(argv: list[str] | None = None) -> int:
                          export_witness=bool(config.get("export_witness")),
                          queue=max(1, int(config.get("otlp_queue") or DEFAULT_QUEUE)),
                          ledger=ledger)
-    worker = ExportWorker(ExportSinks(rerun, otlp), ledger, report, capacity // 2)
+    worker = ExportWorker(ExportSinks(rerun, otlp, ledger), ledger, report, capacity // 2)
     tune_gc()
     return worker.run(frames, timeout)
 

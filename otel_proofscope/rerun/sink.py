@@ -318,6 +318,22 @@ class RerunSink:
                 self._queued + len(spans) <= self._capacity
                 and self._queued_bytes + size <= self._capacity_bytes)
 
+    def fits(self, spans: Sequence[ReadableSpan]) -> int:
+        """How many of ``spans``, from the first, the queue takes now without dropping
+        any (in count and in estimated bytes); at least one while the queue is empty,
+        so a span larger than the whole bound is still submitted (and counted)."""
+        with self._cond:
+            room = self._capacity - self._queued
+            room_bytes = self._capacity_bytes - self._queued_bytes
+            empty = self._queued == 0
+        n = size = 0
+        for span in spans[:max(room, 0)]:
+            size += estimate_bytes(span)
+            if size > room_bytes:
+                break
+            n += 1
+        return max(n, 1) if empty and spans else n
+
     def flush(self, timeout_s: float) -> bool:
         """Wait (at most ``timeout_s``) until everything queued so far reached Rerun."""
         if self._forked:

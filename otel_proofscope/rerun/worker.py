@@ -147,7 +147,11 @@ class Worker:
         got_events = sum(len(s.events) for s in batch.spans)
         self._lose_spans(count - len(batch.spans), events - got_events, DropReason.INVALID)
         self._make_room(len(batch.spans))
-        self.sink.submit_spans(batch.spans, witness=witness)
+        self._submit_spans(batch.spans, payload, witness)
+
+    def _submit_spans(self, spans: Sequence[ReadableSpan], payload: bytes,
+                      witness: bool) -> None:
+        self.sink.submit_spans(spans, witness=witness)
 
     def _metrics(self, points: int, payload: bytes) -> None:
         self.received.metric_points += points

@@ -1,0 +1,178 @@
+"""Spans a Rerun sink cannot take yet, held as the packed frames they came in.
+
+Why: in the export process the frame loop must never wait for the Rerun view (a slow
+view would hold up OTLP, and at the shutdown deadline the frames still unread were lost
+for both sinks), so a burst the translation lags behind used to overflow the Rerun
+sink's queue (measured: 10,991 of a 20,200-span burst lost, counted). Unpacked spans
+cost ~2.5 KB each with 4 round events and ~7.4 KB with 16; their packed frame ~540 B and
+~1.5 KB. So the backlog keeps the frame bytes, a feeder thread unpacks each again when
+the sink has room, and the spans reach the view late instead of not at all.
+
+Bounded: at most :data:`MAX_BYTES` of frames; a frame past that is counted lost for the
+Rerun sink (``queue_full``), as is whatever still waits when :meth:`PackedBacklog.close`
+runs out of time (``shutdown``). Order is kept: while anything waits, new frames queue
+behind it.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from typing import Protocol
+
+from opentelemetry.sdk.trace import ReadableSpan
+
+from otel_proofscope.ledger import DropLedger
+from otel_proofscope.rerun import span_wire
+from otel_proofscope.rerun.sink import LEDGER_SINK
+from otel_proofscope.semconv import DropReason
+
+_log = logging.getLogger(__name__)
+
+#: Packed frame bytes held at most (the export process's memory, not the prover's).
+MAX_BYTES = 64 * 2**20
+#: How often the feeder looks whether the sink has room again.
+POLL_S = 0.005
+
+
+class SpanQueue(Protocol):
+    """What the backlog feeds: :class:`~otel_proofscope.rerun.sink.RerunSink`."""
+
+    def fits(self, spans: Sequence[ReadableSpan]) -> int: ...
+
+    def submit_spans(self, spans: Sequence[ReadableSpan], *, witness: bool = False) -> int: ...
+
+
+class _Held:
+    """A frame's spans from ``skip`` on (the first ``skip`` went straight in)."""
+
+    __slots__ = ("events", "payload", "skip", "spans", "witness")
+
+    def __init__(self, payload: bytes, skip: int, spans: int, events: int,
+                 witness: bool) -> None:
+        self.payload = payload
+        self.skip = skip
+        self.spans = spans
+        self.events = events
+        self.witness = witness
+
+
+class PackedBacklog:
+    """In front of one Rerun sink: spans go straight in while it has room, else wait
+    packed, in order, until a feeder thread can hand them over."""
+
+    def __init__(self, sink: SpanQueue, ledger: DropLedger, *,
+                 max_bytes: int = MAX_BYTES, poll_s: float = POLL_S) -> None:
+        self._sink = sink
+        self._ledger = ledger
+        self._max_bytes = max(1, max_bytes)
+        self._poll_s = poll_s
+        self._held: collections.deque[_Held] = collections.deque()
+        self._bytes = 0
+        self._feeding = False  # a frame taken off the deque, not yet submitted
+        self._closed = False
+        self._give_up = False
+        self._cond = threading.Condition(threading.Lock())
+        self._thread: threading.Thread | None = None
+        #: The most bytes held at once (a figure for tests and benchmarks).
+        self.peak_bytes = 0
+
+    def submit(self, spans: Sequence[ReadableSpan], payload: bytes, *,
+               witness: bool = False) -> None:
+        """``spans`` (unpacked from ``payload``, invalid ones already left out and
+        counted): to the sink now if it has room and nothing waits, else held."""
+        if not spans:
+            return
+        with self._cond:
+            now = 0 if self._held or self._feeding or self._closed \
+                else self._sink.fits(spans)
+            if now < len(spans):
+                rest = spans[now:]
+                events = sum(len(s.events) for s in rest)
+                if self._closed or self._bytes + len(payload) > self._max_bytes:
+                    reason = DropReason.SHUTDOWN if self._closed else DropReason.QUEUE_FULL
+                    self._lose(len(rest), events, reason)
+                else:
+                    self._held.append(_Held(payload, now, len(rest), events, witness))
+                    self._bytes += len(payload)
+                    self.peak_bytes = max(self.peak_bytes, self._bytes)
+                    self._start()
+                    self._cond.notify_all()
+        if now:  # outside the lock: the sink's own lock, and nothing is held before these
+            self._sink.submit_spans(spans[:now], witness=witness)
+
+    def drain(self, timeout_s: float) -> bool:
+        """Wait until everything held has been handed to the sink (not yet drawn:
+        flush the sink after this)."""
+        deadline = time.monotonic() + max(timeout_s, 0.0)
+        with self._cond:
+            while self._held or self._feeding:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cond.wait(left)
+        return True
+
+    def close(self, timeout_s: float) -> None:
+        """Hand over what it can within ``timeout_s``; count the rest lost."""
+        drained = self.drain(timeout_s)
+        with self._cond:
+            self._closed = True
+            self._give_up = not drained
+            lost = list(self._held)
+            self._held.clear()
+            self._bytes = 0
+            self._cond.notify_all()
+        for held in lost:
+            self._lose(held.spans, held.events, DropReason.SHUTDOWN)
+
+    # ── the feeder thread ────────────────────────────────────────────────────────────
+
+    def _start(self) -> None:
+        # Called under the lock.
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._feed, daemon=True,
+                                            name="proofscope-rerun-backlog")
+            self._thread.start()
+
+    def _feed(self) -> None:
+        while True:
+            with self._cond:
+                while not self._held and not self._closed:
+                    self._cond.wait()
+                if not self._held:
+                    return
+                held = self._held.popleft()
+                self._bytes -= len(held.payload)
+                self._feeding = True
+            try:
+                self._hand_over(held)
+            except Exception as exc:  # the feeder must survive anything
+                _log.warning("rerun backlog: a held frame could not be drawn: %r", exc)
+                self._lose(held.spans, held.events, DropReason.INVALID)
+            with self._cond:
+                self._feeding = False
+                self._cond.notify_all()
+
+    def _hand_over(self, held: _Held) -> None:
+        # The same spans as the first unpack (its rejections were counted then).
+        spans = span_wire.unpack_spans(held.payload).spans[held.skip:]
+        while spans:
+            n = self._sink.fits(spans)
+            if n:
+                self._sink.submit_spans(spans[:n], witness=held.witness)
+                spans = spans[n:]
+                continue
+            with self._cond:
+                if self._give_up:
+                    break
+            time.sleep(self._poll_s)
+        if spans:
+            self._lose(len(spans), sum(len(s.events) for s in spans), DropReason.SHUTDOWN)
+
+    def _lose(self, spans: int, events: int, reason: str) -> None:
+        self._ledger.record("spans", LEDGER_SINK, reason, spans)
+        self._ledger.record("span_events", LEDGER_SINK, reason, events)
