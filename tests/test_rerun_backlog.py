@@ -11,8 +11,6 @@ from pathlib import Path
 
 import pytest
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from otel_proofscope.instrumentation import ProofTracer
 from otel_proofscope.ledger import DROPS, DropLedger
@@ -21,21 +19,13 @@ from otel_proofscope.rerun import readback, span_wire
 from otel_proofscope.rerun.backlog import PackedBacklog
 from otel_proofscope.rerun.export_process import ExportConfig, ExportProcessSpanExporter
 from tests.test_fast_otlp import _GrpcReceiver, grpc_receiver
+from tests.test_rerun_sink import spans
 
 __all__ = ["grpc_receiver"]  # a fixture, used by name
 
 
 def _proof(layers: int) -> list[ReadableSpan]:
-    memory = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(memory))
-    tracer = ProofTracer(provider)
-    with tracer.proof(system="gkr", layers=layers):
-        for i in range(layers):
-            with tracer.layer(index=i, kind="MatMul", rounds=2):
-                tracer.sumcheck_round(0, [1, 2], 3)
-                tracer.sumcheck_round(1, [4, 5], 6)
-    return list(memory.get_finished_spans())
+    return spans(layers)
 
 
 def _frames(spans: list[ReadableSpan], per: int) -> list[tuple[list[ReadableSpan], bytes]]:

@@ -181,6 +181,7 @@ class ExportSinks:
         return self.rerun.stats if self.rerun is not None else self._no_stats
 
     def submit_spans(self, spans: Sequence[ReadableSpan], *, witness: bool = False) -> int:
+        # The frame sink's protocol; the frame loop hands frames to submit_frame.
         if self.rerun is not None:
             self.rerun.submit_spans(spans, witness=witness)
         if self.otlp is not None:

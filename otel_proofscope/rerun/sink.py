@@ -254,14 +254,7 @@ class RerunSink:
             if self._closed:
                 accepted = 0
             else:
-                accepted = min(len(spans), self._capacity - self._queued)
-                room = self._capacity_bytes - self._queued_bytes
-                size = 0
-                for i in range(accepted):
-                    if size + sizes[i] > room:
-                        accepted = i
-                        break
-                    size += sizes[i]
+                accepted, size = self._fitting(sizes)
                 if accepted > 0:
                     batch = list(spans[:accepted])
                     self._queue.append(_Item("spans", batch, accepted,
@@ -309,29 +302,33 @@ class RerunSink:
                 return self._capacity, self._capacity
             return self._queued, self._capacity
 
+    def _fitting(self, sizes: Sequence[int]) -> tuple[int, int]:
+        """How many spans of these estimated sizes, from the first, fit in the queue now
+        (count and bytes), and their bytes; under the lock."""
+        room_bytes = self._capacity_bytes - self._queued_bytes
+        n = size = 0
+        for span_size in sizes[:max(self._capacity - self._queued, 0)]:
+            if size + span_size > room_bytes:
+                break
+            size += span_size
+            n += 1
+        return n, size
+
     def can_take(self, spans: Sequence[ReadableSpan]) -> bool:
         """Whether ``spans`` fit in the queue now, in count and in estimated bytes (an
         empty queue takes anything: what does not fit is counted when submitted)."""
-        size = sum(estimate_bytes(s) for s in spans)
+        sizes = [estimate_bytes(s) for s in spans]
         with self._cond:
-            return self._queued == 0 or (
-                self._queued + len(spans) <= self._capacity
-                and self._queued_bytes + size <= self._capacity_bytes)
+            return self._queued == 0 or self._fitting(sizes)[0] == len(spans)
 
     def fits(self, spans: Sequence[ReadableSpan]) -> int:
         """How many of ``spans``, from the first, the queue takes now without dropping
         any (in count and in estimated bytes); at least one while the queue is empty,
         so a span larger than the whole bound is still submitted (and counted)."""
+        sizes = [estimate_bytes(s) for s in spans]
         with self._cond:
-            room = self._capacity - self._queued
-            room_bytes = self._capacity_bytes - self._queued_bytes
+            n = self._fitting(sizes)[0]
             empty = self._queued == 0
-        n = size = 0
-        for span in spans[:max(room, 0)]:
-            size += estimate_bytes(span)
-            if size > room_bytes:
-                break
-            n += 1
         return max(n, 1) if empty and spans else n
 
     def flush(self, timeout_s: float) -> bool:

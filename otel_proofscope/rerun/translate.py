@@ -430,6 +430,9 @@ class SpanTranslator:
         if span.name == SpanName.PROOF:
             return
         a = span.attributes or {}
+        if Attr.GPU_DISPATCH_COUNT not in a and Attr.GPU_ENERGY not in a \
+                and Attr.GPU_KERNEL_TIME not in a:
+            return  # no GPU work measured in this phase: nothing below would draw
         _, end = _times(span)
         p = model.key
         layer: int | None = None
