@@ -146,8 +146,7 @@ class PackedBacklog:
                 if not self._held:
                     return
                 held = self._held.popleft()
-                self._bytes -= len(held.payload)
-                self._feeding = True
+                self._feeding = True  # its bytes stay counted: they are held until handed over
             try:
                 self._hand_over(held)
             except Exception as exc:  # the feeder must survive anything
@@ -155,6 +154,8 @@ class PackedBacklog:
                 self._lose(held.spans, held.events, DropReason.INVALID)
             with self._cond:
                 self._feeding = False
+                if not self._closed:  # close() has zeroed the count already
+                    self._bytes -= len(held.payload)
                 self._cond.notify_all()
 
     def _hand_over(self, held: _Held) -> None:
