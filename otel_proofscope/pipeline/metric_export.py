@@ -9,6 +9,7 @@ from opentelemetry.sdk.metrics.export import (
     MetricExporter,
     MetricExportResult,
     MetricsData,
+    PeriodicExportingMetricReader,
 )
 
 from otel_proofscope.ledger import DROPS, DropLedger
@@ -88,3 +89,29 @@ class CountingMetricExporter(MetricExporter):
 
     def shutdown(self, timeout_millis: float = 30_000, **kwargs: object) -> None:
         self.inner.shutdown(timeout_millis=timeout_millis)
+
+
+class SinkMetricReader(PeriodicExportingMetricReader):
+    """The periodic reader of one of our metric sinks, shut down on its own.
+
+    Why: ``MeterProvider.shutdown`` shuts its readers down one after the other, so a
+    sink that hangs (a silent collector) kept every reader after it ticking past the
+    report, for as long as the process lived, each tick counting its points lost
+    again. ``Telemetry.shutdown`` shuts these readers down side by side; the meter
+    provider's own call afterwards is then a no-op instead of the SDK's warning.
+    """
+
+    def __init__(self, exporter: CountingMetricExporter, *, interval_s: float,
+                 timeout_s: float) -> None:
+        super().__init__(exporter, export_interval_millis=interval_s * 1000,
+                         export_timeout_millis=timeout_s * 1000)
+        self.sink = exporter.sink
+        self._stop_lock = threading.Lock()
+        self._stopping = False
+
+    def shutdown(self, timeout_millis: float = 30_000, **kwargs: object) -> None:
+        with self._stop_lock:
+            if self._stopping:
+                return
+            self._stopping = True
+        super().shutdown(timeout_millis=timeout_millis, **kwargs)

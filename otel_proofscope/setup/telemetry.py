@@ -16,7 +16,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from otel_proofscope.instrumentation import ProofTracer
 from otel_proofscope.ledger import DROPS, REJECTIONS, DropLedger, RejectionLedger
 from otel_proofscope.pipeline.deadline import set_shutdown_deadline
-from otel_proofscope.pipeline.metric_export import CountingMetricExporter
+from otel_proofscope.pipeline.metric_export import CountingMetricExporter, SinkMetricReader
 from otel_proofscope.pipeline.privacy import WitnessFilter
 from otel_proofscope.pipeline.processor import BoundedBatchSpanProcessor
 from otel_proofscope.pipeline.sigterm import hold_sigterm
@@ -84,6 +84,8 @@ class Telemetry:
     _before_shutdown: list[Any] = field(default_factory=list)
     #: This pipeline's Rerun sinks / child processes, closed last (see _close_all).
     _rerun: list[Any] = field(default_factory=list)
+    #: The periodic readers of our metric sinks, shut down side by side (see _close_all).
+    _sink_readers: list[SinkMetricReader] = field(default_factory=list)
     _report: ShutdownReport | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -163,9 +165,8 @@ class Telemetry:
         # wait for them at most half the budget before the spans' turn (a hung metric
         # sink used to leave the spans no time: they were reported as delivered), and
         # then again with whatever the spans left.
-        metrics = self._bounded(lambda: self.meter_provider.shutdown(
-            timeout_millis=max(1, (deadline - time.monotonic()) * 1000)),
-            min(deadline, time.monotonic() + budget / 2))
+        metrics = self._bounded(lambda: self._shutdown_metrics(deadline),
+                                min(deadline, time.monotonic() + budget / 2))
         for processor in self.span_processors:
             processor.shutdown(int(max(0.0, deadline - time.monotonic()) * 1000))
         metrics.join(max(0.0, deadline - time.monotonic()))
@@ -185,6 +186,30 @@ class Telemetry:
                 close()
             except Exception as exc:
                 _log.debug("closer raised %r", exc)
+
+    def _shutdown_metrics(self, deadline: float) -> None:
+        # Side by side: one hung sink must not keep the others' readers ticking (and
+        # counting) past the report. The meter provider then shuts down the rest (a
+        # caller's own readers); for ours its call is a no-op.
+        def left_ms() -> float:
+            return max(1.0, (deadline - time.monotonic()) * 1000)
+
+        def stop(reader: SinkMetricReader) -> None:
+            try:
+                reader.shutdown(timeout_millis=left_ms())
+            except Exception as exc:  # what it did not deliver, abandon() counts
+                _log.debug("metric sink %s: shutdown raised %r", reader.sink, exc)
+
+        readers = [threading.Thread(target=stop, args=(r,), daemon=True,
+                                    name=f"proofscope-shutdown-{r.sink}")
+                   for r in self._sink_readers]
+        for thread in readers:
+            thread.start()
+        try:
+            self.meter_provider.shutdown(timeout_millis=left_ms())
+        finally:
+            for thread in readers:
+                thread.join(max(0.0, deadline - time.monotonic()))
 
     @staticmethod
     def _bounded(fn: Any, deadline: float) -> threading.Thread:

@@ -29,11 +29,7 @@ from typing import Any
 
 from opentelemetry import metrics, trace
 from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import (
-    MetricExporter,
-    MetricReader,
-    PeriodicExportingMetricReader,
-)
+from opentelemetry.sdk.metrics.export import MetricExporter, MetricReader
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import SpanLimits, TracerProvider
 from opentelemetry.sdk.trace.export import SpanExporter
@@ -42,7 +38,7 @@ from otel_proofscope import instrumentation
 from otel_proofscope.instrumentation import ProofTracer
 from otel_proofscope.mapping import wiring as mapping
 from otel_proofscope.pipeline.fork_exit import flush_forked_children
-from otel_proofscope.pipeline.metric_export import CountingMetricExporter
+from otel_proofscope.pipeline.metric_export import CountingMetricExporter, SinkMetricReader
 from otel_proofscope.pipeline.multi_sink import MultiSinkBatchSpanProcessor
 from otel_proofscope.pipeline.privacy import Local, WitnessFilter
 from otel_proofscope.pipeline.processor import BoundedBatchSpanProcessor, SpanLimitAccounting
@@ -68,6 +64,7 @@ class _Build:
         self.witness_filters: list[WitnessFilter] = []
         self.counted: list[CountingMetricExporter] = []
         self.readers: list[MetricReader] = list(options.metric_readers)
+        self.sink_readers: list[SinkMetricReader] = []
         self.closers: list[Any] = []
         self.rerun: list[Any] = []  # the Rerun sinks / children, closed last at shutdown
         self.used_dir: Path | None = None
@@ -109,9 +106,10 @@ class _Build:
     def add_metrics(self, sink: str, exporter: MetricExporter) -> None:
         wrapped = CountingMetricExporter(exporter, sink)
         self.counted.append(wrapped)
-        self.readers.append(PeriodicExportingMetricReader(
-            wrapped, export_interval_millis=self.options.metric_interval_s * 1000,
-            export_timeout_millis=self.options.shutdown_timeout_s * 1000))
+        reader = SinkMetricReader(wrapped, interval_s=self.options.metric_interval_s,
+                                  timeout_s=self.options.shutdown_timeout_s)
+        self.sink_readers.append(reader)
+        self.readers.append(reader)
 
     def _keep_rerun(self, exporter: object) -> None:
         # The sink (thread) or worker (child process) behind a Rerun exporter; span and
@@ -274,7 +272,8 @@ def build(options: Options) -> Telemetry:
         tracer=ProofTracer(parts.tracer_provider, meter_provider),
         span_processors=parts.processors, metric_exporters=parts.counted,
         shutdown_timeout_s=options.shutdown_timeout_s, out_dir=parts.used_dir,
-        witness_filters=parts.witness_filters, _closers=parts.closers, _rerun=parts.rerun)
+        witness_filters=parts.witness_filters, _closers=parts.closers, _rerun=parts.rerun,
+        _sink_readers=parts.sink_readers)
     atexit.register(telemetry.shutdown)
     flush_forked_children(telemetry)
     if options.handle_sigterm:

@@ -4,6 +4,7 @@ past the report: what Rerun still holds is counted, not reported as exported."""
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -47,3 +48,23 @@ def test_rerun_queue_is_counted_when_a_metric_sink_hangs(tmp_path: Path,
     lost = DROPS.total(signal="spans", sink="rerun")
     assert report.spans_exported["rerun"] + lost == made, (report.lines(), DROPS.snapshot())
     assert lost > 0
+
+
+def test_a_hung_metric_sink_leaves_no_reader_ticking_after_the_report(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The meter provider shuts its readers down one after another: behind an OTLP
+    metric sink that hangs, the Rerun reader was never shut down and went on ticking
+    after the report, counting its points lost again at every tick (this leaked into
+    later tests' ledgers)."""
+    with silent_listener() as collector:
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{collector.port}")
+        monkeypatch.setenv("OTEL_TRACES_EXPORTER", "none")
+        monkeypatch.setenv("OTEL_METRICS_EXPORTER", "otlp,rerun")  # OTLP shuts down first
+        t = configure(out_dir=tmp_path, set_global=False, rerun=f"file:{tmp_path / 'r.rrd'}",
+                      rerun_process=False, shutdown_timeout_s=1.0, metric_interval_s=0.2)
+        with t.tracer.proof(system="gkr"), t.tracer.layer(index=0, kind="MatMul"):
+            pass
+        report = t.shutdown()
+        after_report = DROPS.snapshot()
+        time.sleep(1.0)  # five of the reader's intervals
+        assert DROPS.snapshot() == after_report, report.lines()
