@@ -22,6 +22,7 @@ import contextlib
 import logging
 import os
 import signal
+import threading
 import time
 from multiprocessing import util
 from typing import Protocol
@@ -45,17 +46,84 @@ def flush_forked_children(telemetry: _HasProcessors) -> None:
 
 
 def _in_worker(telemetry: _HasProcessors) -> None:
-    util.Finalize(telemetry, _flush, args=(telemetry,), exitpriority=EXIT_PRIORITY)
+    leaving = _WorkerExit(telemetry)
+    util.Finalize(telemetry, leaving.flush_once, exitpriority=EXIT_PRIORITY)
 
     # Pool.terminate() sends SIGTERM: flush within the bound, then leave as SIGTERM
     # would. A SystemExit instead could be swallowed (in a finalizer, an at-fork hook)
     # and leave the worker alive, with terminate() waiting for it forever.
     def flush_and_exit(signum: int, _frame: object) -> None:
-        _flush(telemetry)
-        os._exit(128 + signum)
+        leaving.terminate(signum)
 
     with contextlib.suppress(ValueError, OSError):  # ValueError: not the main thread
         signal.signal(signal.SIGTERM, flush_and_exit)
+        _watch_for_sigterm(leaving)
+
+
+class _WorkerExit:
+    """A worker flushes once, whichever way it leaves (its finalizer, the SIGTERM
+    handler in the main thread, or the watcher thread)."""
+
+    def __init__(self, telemetry: _HasProcessors) -> None:
+        self._telemetry = telemetry
+        self._lock = threading.Lock()
+        self._owner: int | None = None
+
+    def flush_once(self) -> None:
+        me = threading.get_ident()
+        if self._owner == me:  # a signal handler run inside our own flush
+            return
+        # Another thread flushing leaves within the bound; past it, leave without.
+        if self._lock.acquire(timeout=self._telemetry.shutdown_timeout_s + 1.0):
+            self._owner = me
+            _flush(self._telemetry)  # the lock stays held: once per worker
+
+    def terminate(self, signum: int) -> None:
+        if self._owner == threading.get_ident():
+            return  # inside our own flush (the finalizer's): let it finish, it exits
+        self.flush_once()
+        os._exit(128 + signum)
+
+
+def _watch_for_sigterm(leaving: _WorkerExit) -> None:
+    """Act on SIGTERM from a thread of our own, not only in the main thread.
+
+    Why: Python runs a signal handler in the main thread, and only once that thread
+    is back in the interpreter. A ``Pool`` worker's main thread blocked on the task
+    queue's lock (which ``Pool.terminate()`` holds and never releases) wakes only if the
+    kernel delivered SIGTERM to it; delivered to any other thread (ours, the SDK's,
+    gRPC's), the worker hung forever and ``terminate()`` with it (3 of 30 runs of the
+    forked-workers scenario). CPython writes each caught signal's number to the wakeup
+    fd from whichever thread got it, so a thread reading that fd always sees it. Not
+    installed where the worker already has a wakeup fd (an event loop's): the main
+    thread's handler is left to act alone there, as before.
+    """
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(write_fd, False)
+    try:
+        previous = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+    except (ValueError, OSError):
+        os.close(read_fd)
+        os.close(write_fd)
+        raise
+    if previous != -1:
+        signal.set_wakeup_fd(previous)
+        os.close(read_fd)
+        os.close(write_fd)
+        return
+
+    def watch() -> None:
+        while True:
+            try:
+                got = os.read(read_fd, 64)
+            except OSError:
+                return
+            if not got:
+                return
+            if signal.SIGTERM in got:
+                leaving.terminate(signal.SIGTERM)
+
+    threading.Thread(target=watch, daemon=True, name="proofscope-worker-sigterm").start()
 
 
 def _flush(telemetry: _HasProcessors) -> None:

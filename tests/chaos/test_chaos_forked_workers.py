@@ -65,3 +65,51 @@ def test_process_and_pool_workers_export_their_spans(tmp_path, export_process) -
     assert "codes [0, 0, 0, 0]" in res.stdout
     systems = Counter(s.attributes.get("proof.system") for s in memory.get_finished_spans())
     assert systems == {"proc": 24, "pool": 120, "parent": 1}, (systems, res.stderr[-2000:])
+
+
+STUCK_WORKER = textwrap.dedent("""
+    import multiprocessing as mp, signal, threading, time
+    import otel_proofscope as ps
+    t = ps.configure(rerun="off", shutdown_timeout_s=3, metric_interval_s=60)
+
+    def stuck(lock):
+        with t.tracer.proof(system="stuck"):
+            pass
+        # SIGTERM to a thread that is not the main one, as the kernel may pick any:
+        # the main thread below never returns to the interpreter to run its handler.
+        def deliver():
+            time.sleep(0.3)
+            signal.pthread_kill(threading.get_ident(), signal.SIGTERM)
+        threading.Thread(target=deliver, daemon=True).start()
+        lock.acquire()  # held by the parent, as Pool.terminate() holds the task queue's
+
+    if __name__ == "__main__":
+        ctx = mp.get_context("fork")
+        lock = ctx.Lock()
+        lock.acquire()
+        p = ctx.Process(target=stuck, args=(lock,))
+        p.start()
+        p.join(20)
+        print("exitcode", p.exitcode, flush=True)
+        if p.exitcode is None:
+            p.kill()
+""")
+
+
+def test_a_worker_blocked_on_a_lock_leaves_on_a_sigterm_another_thread_got(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Pool.terminate() hung (3 of 30 runs of the scenario above): the worker's main
+    thread waited on a lock the parent holds, and the SIGTERM went to another thread,
+    so Python never ran the handler. Now the worker flushes and leaves anyway."""
+    memory = InMemorySpanExporter()
+    receiver = OtlpReceiver([memory], [], grpc_port=None, http_port=0)
+    receiver.start()
+    try:
+        env = child_env(OTEL_EXPORTER_OTLP_ENDPOINT=receiver.http_endpoint or "",
+                        OTEL_EXPORTER_OTLP_PROTOCOL="http/protobuf")
+        res = subprocess.run([sys.executable, "-c", STUCK_WORKER], env=env, text=True,
+                             capture_output=True, timeout=60, cwd=tmp_path)
+    finally:
+        receiver.stop()
+    assert "exitcode 143" in res.stdout, (res.stdout, res.stderr[-2000:])  # as SIGTERM would
+    systems = Counter(s.attributes.get("proof.system") for s in memory.get_finished_spans())
+    assert systems == {"stuck": 1}, (systems, res.stderr[-2000:])
