@@ -85,6 +85,33 @@ class _WorkerExit:
         os._exit(128 + signum)
 
 
+#: This process's own wakeup pipe (write end, read end; -1: none), and the write end
+#: of the one a fork inherited.
+_wakeup_fd = -1
+_wakeup_read_fd = -1
+_inherited_fd = -1
+
+
+def _after_fork_in_child() -> None:
+    # A child inherits the wakeup fd: its signals would land in the parent's pipe, and
+    # a Pool's workers getting their SIGTERM would end the worker that runs the Pool.
+    global _wakeup_fd, _wakeup_read_fd, _inherited_fd
+    if _wakeup_fd == -1:
+        return
+    _inherited_fd, _wakeup_fd = _wakeup_fd, -1
+    with contextlib.suppress(ValueError, OSError):  # ValueError: forked off the main thread
+        previous = signal.set_wakeup_fd(-1)
+        if previous != _inherited_fd:  # someone else's: leave it
+            signal.set_wakeup_fd(previous)
+            return
+        os.close(_wakeup_read_fd)  # the parent's watcher reads it, not us
+    _wakeup_read_fd = -1
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def _watch_for_sigterm(leaving: _WorkerExit) -> None:
     """Act on SIGTERM from a thread of our own, not only in the main thread.
 
@@ -95,9 +122,10 @@ def _watch_for_sigterm(leaving: _WorkerExit) -> None:
     gRPC's), the worker hung forever and ``terminate()`` with it (3 of 30 runs of the
     forked-workers scenario). CPython writes each caught signal's number to the wakeup
     fd from whichever thread got it, so a thread reading that fd always sees it. Not
-    installed where the worker already has a wakeup fd (an event loop's): the main
-    thread's handler is left to act alone there, as before.
+    installed where the worker already has a wakeup fd of someone else's (an event
+    loop's): the main thread's handler is left to act alone there, as before.
     """
+    global _wakeup_fd, _wakeup_read_fd
     read_fd, write_fd = os.pipe()
     os.set_blocking(write_fd, False)
     try:
@@ -106,11 +134,12 @@ def _watch_for_sigterm(leaving: _WorkerExit) -> None:
         os.close(read_fd)
         os.close(write_fd)
         raise
-    if previous != -1:
+    if previous not in (-1, _inherited_fd):
         signal.set_wakeup_fd(previous)
         os.close(read_fd)
         os.close(write_fd)
         return
+    _wakeup_fd, _wakeup_read_fd = write_fd, read_fd
 
     def watch() -> None:
         while True:
