@@ -99,13 +99,13 @@ def _after_fork_in_child() -> None:
     if _wakeup_fd == -1:
         return
     _inherited_fd, _wakeup_fd = _wakeup_fd, -1
+    with contextlib.suppress(OSError):  # no watcher thread survives a fork to read it
+        os.close(_wakeup_read_fd)
+    _wakeup_read_fd = -1
     with contextlib.suppress(ValueError, OSError):  # ValueError: forked off the main thread
         previous = signal.set_wakeup_fd(-1)
         if previous != _inherited_fd:  # someone else's: leave it
             signal.set_wakeup_fd(previous)
-            return
-        os.close(_wakeup_read_fd)  # the parent's watcher reads it, not us
-    _wakeup_read_fd = -1
 
 
 if hasattr(os, "register_at_fork"):

@@ -194,25 +194,22 @@ class Telemetry:
         def left_ms() -> float:
             return max(1.0, (deadline - time.monotonic()) * 1000)
 
-        def stop(reader: SinkMetricReader) -> None:
-            try:
-                reader.shutdown(timeout_millis=left_ms())
-            except Exception as exc:  # what it did not deliver, abandon() counts
-                _log.debug("metric sink %s: shutdown raised %r", reader.sink, exc)
-
-        readers = [threading.Thread(target=stop, args=(r,), daemon=True,
-                                    name=f"proofscope-shutdown-{r.sink}")
+        readers = [self._started(lambda r=r: r.shutdown(timeout_millis=left_ms()))
                    for r in self._sink_readers]
-        for thread in readers:
-            thread.start()
         try:
             self.meter_provider.shutdown(timeout_millis=left_ms())
         finally:
             for thread in readers:
                 thread.join(max(0.0, deadline - time.monotonic()))
 
+    @classmethod
+    def _bounded(cls, fn: Any, deadline: float) -> threading.Thread:
+        thread = cls._started(fn)
+        thread.join(max(0.0, deadline - time.monotonic()))
+        return thread
+
     @staticmethod
-    def _bounded(fn: Any, deadline: float) -> threading.Thread:
+    def _started(fn: Any) -> threading.Thread:
         def run() -> None:
             try:
                 fn()
@@ -223,7 +220,6 @@ class Telemetry:
 
         thread = threading.Thread(target=run, daemon=True, name="proofscope-shutdown")
         thread.start()
-        thread.join(max(0.0, deadline - time.monotonic()))
         return thread
 
     def _make_report(self, budget: float, timed_out: bool) -> ShutdownReport:

@@ -64,7 +64,6 @@ class _Build:
         self.witness_filters: list[WitnessFilter] = []
         self.counted: list[CountingMetricExporter] = []
         self.readers: list[MetricReader] = list(options.metric_readers)
-        self.sink_readers: list[SinkMetricReader] = []
         self.closers: list[Any] = []
         self.rerun: list[Any] = []  # the Rerun sinks / children, closed last at shutdown
         self.used_dir: Path | None = None
@@ -106,10 +105,8 @@ class _Build:
     def add_metrics(self, sink: str, exporter: MetricExporter) -> None:
         wrapped = CountingMetricExporter(exporter, sink)
         self.counted.append(wrapped)
-        reader = SinkMetricReader(wrapped, interval_s=self.options.metric_interval_s,
-                                  timeout_s=self.options.shutdown_timeout_s)
-        self.sink_readers.append(reader)
-        self.readers.append(reader)
+        self.readers.append(SinkMetricReader(wrapped, interval_s=self.options.metric_interval_s,
+                                             timeout_s=self.options.shutdown_timeout_s))
 
     def _keep_rerun(self, exporter: object) -> None:
         # The sink (thread) or worker (child process) behind a Rerun exporter; span and
@@ -273,7 +270,7 @@ def build(options: Options) -> Telemetry:
         span_processors=parts.processors, metric_exporters=parts.counted,
         shutdown_timeout_s=options.shutdown_timeout_s, out_dir=parts.used_dir,
         witness_filters=parts.witness_filters, _closers=parts.closers, _rerun=parts.rerun,
-        _sink_readers=parts.sink_readers)
+        _sink_readers=[r for r in parts.readers if isinstance(r, SinkMetricReader)])
     atexit.register(telemetry.shutdown)
     flush_forked_children(telemetry)
     if options.handle_sigterm:

@@ -7,6 +7,7 @@ import subprocess
 import sys
 import textwrap
 from collections import Counter
+from pathlib import Path
 
 import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -46,24 +47,31 @@ PROVER = textwrap.dedent("""
 """)
 
 
-@pytest.mark.parametrize("export_process", ["0", "1"], ids=["in-process", "export-process"])
-def test_process_and_pool_workers_export_their_spans(tmp_path, export_process) -> None:  # type: ignore[no-untyped-def]
+def _prove(tmp_path: Path, code: str, timeout: float,
+           **env: str) -> tuple[subprocess.CompletedProcess[str], Counter[object]]:
+    """Run ``code`` as a prover script of its own, exporting to a real OTLP/HTTP
+    receiver here; its result and the spans received, counted by ``proof.system``."""
     memory = InMemorySpanExporter()
     receiver = OtlpReceiver([memory], [], grpc_port=None, http_port=0)
     receiver.start()
     try:
         script = tmp_path / "prover.py"
-        script.write_text(PROVER)
-        env = child_env(OTEL_EXPORTER_OTLP_ENDPOINT=receiver.http_endpoint or "",
-                        OTEL_EXPORTER_OTLP_PROTOCOL="http/protobuf",
-                        PROOFSCOPE_EXPORT_PROCESS=export_process)
-        res = subprocess.run([sys.executable, str(script)], env=env, text=True,
-                             capture_output=True, timeout=120, cwd=tmp_path)
+        script.write_text(code)
+        res = subprocess.run(
+            [sys.executable, str(script)], text=True, capture_output=True, timeout=timeout,
+            cwd=tmp_path, env=child_env(OTEL_EXPORTER_OTLP_ENDPOINT=receiver.http_endpoint or "",
+                                        OTEL_EXPORTER_OTLP_PROTOCOL="http/protobuf", **env))
     finally:
         receiver.stop()
+    systems = Counter(s.attributes.get("proof.system") for s in memory.get_finished_spans())
+    return res, systems
+
+
+@pytest.mark.parametrize("export_process", ["0", "1"], ids=["in-process", "export-process"])
+def test_process_and_pool_workers_export_their_spans(tmp_path, export_process) -> None:  # type: ignore[no-untyped-def]
+    res, systems = _prove(tmp_path, PROVER, 120, PROOFSCOPE_EXPORT_PROCESS=export_process)
     assert res.returncode == 0, res.stderr
     assert "codes [0, 0, 0, 0]" in res.stdout
-    systems = Counter(s.attributes.get("proof.system") for s in memory.get_finished_spans())
     assert systems == {"proc": 24, "pool": 120, "parent": 1}, (systems, res.stderr[-2000:])
 
 
@@ -100,18 +108,8 @@ def test_a_worker_blocked_on_a_lock_leaves_on_a_sigterm_another_thread_got(tmp_p
     """Pool.terminate() hung (3 of 30 runs of the scenario above): the worker's main
     thread waited on a lock the parent holds, and the SIGTERM went to another thread,
     so Python never ran the handler. Now the worker flushes and leaves anyway."""
-    memory = InMemorySpanExporter()
-    receiver = OtlpReceiver([memory], [], grpc_port=None, http_port=0)
-    receiver.start()
-    try:
-        env = child_env(OTEL_EXPORTER_OTLP_ENDPOINT=receiver.http_endpoint or "",
-                        OTEL_EXPORTER_OTLP_PROTOCOL="http/protobuf")
-        res = subprocess.run([sys.executable, "-c", STUCK_WORKER], env=env, text=True,
-                             capture_output=True, timeout=60, cwd=tmp_path)
-    finally:
-        receiver.stop()
+    res, systems = _prove(tmp_path, STUCK_WORKER, 60)
     assert "exitcode 143" in res.stdout, (res.stdout, res.stderr[-2000:])  # as SIGTERM would
-    systems = Counter(s.attributes.get("proof.system") for s in memory.get_finished_spans())
     assert systems == {"stuck": 1}, (systems, res.stderr[-2000:])
 
 
@@ -145,18 +143,6 @@ def test_a_pool_inside_a_worker_does_not_end_that_worker(tmp_path) -> None:  # t
     """A fork inherits the signal wakeup fd: the Pool's workers' SIGTERM landed in the
     pipe of the worker that ran the Pool, which then left as if terminated (exit 143 in
     3 of 5 runs of one Pool)."""
-    memory = InMemorySpanExporter()
-    receiver = OtlpReceiver([memory], [], grpc_port=None, http_port=0)
-    receiver.start()
-    try:
-        script = tmp_path / "nested.py"
-        script.write_text(NESTED)
-        env = child_env(OTEL_EXPORTER_OTLP_ENDPOINT=receiver.http_endpoint or "",
-                        OTEL_EXPORTER_OTLP_PROTOCOL="http/protobuf")
-        res = subprocess.run([sys.executable, str(script)], env=env, text=True,
-                             capture_output=True, timeout=90, cwd=tmp_path)
-    finally:
-        receiver.stop()
+    res, systems = _prove(tmp_path, NESTED, 90)
     assert "exitcode 0" in res.stdout, (res.stdout, res.stderr[-2000:])
-    systems = Counter(s.attributes.get("proof.system") for s in memory.get_finished_spans())
     assert systems == {"pool": 20, "after": 1}, (systems, res.stderr[-2000:])

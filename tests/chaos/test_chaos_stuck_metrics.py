@@ -10,11 +10,25 @@ from pathlib import Path
 import pytest
 
 from chaos.faults import silent_listener
-from otel_proofscope.pipeline.config import configure
+from otel_proofscope.pipeline.config import Telemetry, configure
 from otel_proofscope.pipeline.drops import DROPS
 from otel_proofscope.rerun.sink import RerunSink
 
 pytestmark = pytest.mark.chaos
+
+
+def _behind_a_hung_metric_sink(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, port: int, *,
+                               traces: str, shutdown_timeout_s: float,
+                               metric_interval_s: float) -> Telemetry:
+    """configure() with OTLP metrics to a collector that never answers, shut down before
+    the Rerun metric sink, and Rerun in a thread to a file."""
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{port}")
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", traces)
+    monkeypatch.setenv("OTEL_METRICS_EXPORTER", "otlp,rerun")  # OTLP shuts down first
+    return configure(out_dir=tmp_path, set_global=False, rerun=f"file:{tmp_path / 'r.rrd'}",
+                     rerun_process=False, shutdown_timeout_s=shutdown_timeout_s,
+                     metric_interval_s=metric_interval_s)
+
 
 
 def test_rerun_queue_is_counted_when_a_metric_sink_hangs(tmp_path: Path,
@@ -32,11 +46,8 @@ def test_rerun_queue_is_counted_when_a_metric_sink_hangs(tmp_path: Path,
 
     monkeypatch.setattr(RerunSink, "_send", slow_after_first)
     with silent_listener() as collector:
-        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{collector.port}")
-        monkeypatch.setenv("OTEL_TRACES_EXPORTER", "rerun")
-        monkeypatch.setenv("OTEL_METRICS_EXPORTER", "otlp,rerun")  # OTLP shuts down first
-        t = configure(out_dir=tmp_path, set_global=False, rerun=f"file:{tmp_path / 'r.rrd'}",
-                      rerun_process=False, shutdown_timeout_s=2.0, metric_interval_s=60)
+        t = _behind_a_hung_metric_sink(tmp_path, monkeypatch, collector.port, traces="rerun",
+                                       shutdown_timeout_s=2.0, metric_interval_s=60)
         made = 0
         for _ in range(3):
             with t.tracer.proof(system="gkr"), t.tracer.layer(index=0, kind="MatMul"):
@@ -57,11 +68,8 @@ def test_a_hung_metric_sink_leaves_no_reader_ticking_after_the_report(
     after the report, counting its points lost again at every tick (this leaked into
     later tests' ledgers)."""
     with silent_listener() as collector:
-        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{collector.port}")
-        monkeypatch.setenv("OTEL_TRACES_EXPORTER", "none")
-        monkeypatch.setenv("OTEL_METRICS_EXPORTER", "otlp,rerun")  # OTLP shuts down first
-        t = configure(out_dir=tmp_path, set_global=False, rerun=f"file:{tmp_path / 'r.rrd'}",
-                      rerun_process=False, shutdown_timeout_s=1.0, metric_interval_s=0.2)
+        t = _behind_a_hung_metric_sink(tmp_path, monkeypatch, collector.port, traces="none",
+                                       shutdown_timeout_s=1.0, metric_interval_s=0.2)
         with t.tracer.proof(system="gkr"), t.tracer.layer(index=0, kind="MatMul"):
             pass
         report = t.shutdown()
