@@ -8,7 +8,11 @@ TracerProvider) into a .rrd file in the same process, side by side:
 * **columnar** — this package's RerunSink (translation + one ``send_columns`` per
   entity per batch), timed from submit to flushed;
 * **naive** — a port of the seed's ``dispatch_event``: one ``rr.log`` per entity
-  update (``set_time`` before each event so rows still carry ``proof_time``).
+  update (``set_time`` before each event so rows still carry ``proof_time``), plus the
+  same trace view the sink draws (flame box, span and event log rows, duration point
+  per span), also one ``rr.log`` each, so both sides produce the same view. The
+  walk-only naive side (the seed's output alone, less work than the sink does) is
+  reported too, for comparison with earlier figures.
 
 Then the prover-thread cost per span with the exporter installed (SDK
 ``SimpleSpanProcessor``, i.e. export runs on the prover thread, and the package's
@@ -138,11 +142,56 @@ def naive(spans: Sequence[ReadableSpan], rec: rr.RecordingStream) -> None:
             rec.log(f"logs/proof/{p}", rr.TextLog(span.name))
 
 
+def naive_trace(spans: Sequence[ReadableSpan], rec: rr.RecordingStream) -> None:
+    """The trace view the columnar sink also draws, the seed's way: one ``rr.log`` per
+    flame box, per span-end and per event log row, and per duration point."""
+    depth: dict[int, int] = {}
+    origin: dict[int, tuple[int, float]] = {}
+    by_id = {s.context.span_id: s for s in spans if s.context}
+
+    def level_of(span: ReadableSpan) -> int:
+        parent = span.parent.span_id if span.parent else 0
+        if span.context.span_id in depth:  # type: ignore[union-attr]
+            return depth[span.context.span_id]  # type: ignore[union-attr]
+        d = 0 if not parent or parent not in by_id else level_of(by_id[parent]) + 1
+        depth[span.context.span_id] = d  # type: ignore[union-attr]
+        return d
+
+    def kv(attrs: object) -> str:
+        a = dict(attrs or {})  # type: ignore[call-overload]
+        return " ".join(f"{k}={a[k]}" for k in sorted(a))
+
+    for span in sorted(spans, key=lambda s: s.start_time or 0):
+        tid = span.context.trace_id if span.context else 0
+        key = f"{tid:032x}"[:8]
+        start, end = span.start_time or 0, span.end_time or 0
+        t0, scale = origin.setdefault(tid, (start, 24.0 / max(end - start, 1000)))
+        half = (end - start) * scale / 2
+        ms = (end - start) / 1e6
+        at = rec.set_time
+        at("proof_time", timestamp=start / 1e9)
+        rec.log(f"trace/flame/svc/{key}", rr.Boxes2D(
+            centers=[[(start - t0) * scale + half, float(level_of(span))]],
+            half_sizes=[[half, 0.25]], colors=[0x429BF5FF],
+            labels=[f"{span.name} {ms:.2f} ms"]))
+        at("proof_time", timestamp=end / 1e9)
+        rec.log(f"trace/logs/svc/{key}", rr.TextLog(
+            f"{span.name} {ms:.2f} ms · {kv(span.attributes)}"))
+        for ev in span.events:
+            at("proof_time", timestamp=ev.timestamp / 1e9)
+            rec.log(f"trace/logs/svc/{key}", rr.TextLog(
+                f"{span.name} › {ev.name} · {kv(ev.attributes)}"))
+        at("proof_time", timestamp=end / 1e9)
+        rec.log(f"trace/durations/svc/{span.name}", rr.Scalars(ms))
+
+
+def naive_full(spans: Sequence[ReadableSpan], rec: rr.RecordingStream) -> None:
+    """The same output as the columnar sink: the walk and the trace view."""
+    naive(spans, rec)
+    naive_trace(spans, rec)
+
+
 # ── measurements ─────────────────────────────────────────────────────────────────────
-
-
-def best(fn: Callable[[], float], repeats: int) -> float:
-    return min(fn() for _ in range(repeats))
 
 
 def columnar_s(spans: Sequence[ReadableSpan], out: Path) -> tuple[float, int]:
@@ -163,11 +212,13 @@ def columnar_s(spans: Sequence[ReadableSpan], out: Path) -> tuple[float, int]:
     return elapsed, calls
 
 
-def naive_s(spans: Sequence[ReadableSpan], out: Path) -> float:
+def naive_s(spans: Sequence[ReadableSpan], out: Path,
+            draw: Callable[[Sequence[ReadableSpan], rr.RecordingStream], None] = naive
+            ) -> float:
     rec = rr.RecordingStream("bench-naive")
     rec.save(out)
     start = time.perf_counter()
-    naive(spans, rec)
+    draw(spans, rec)
     rec.flush()
     elapsed = time.perf_counter() - start
     rec.disconnect()
@@ -207,18 +258,26 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--repeats", type=int, default=5)
     args = ap.parse_args(argv)
     spans = make_spans(args.proofs, args.layers, args.rounds)
-    naive_t: list[float] = []
+    naive_t: list[float] = []  # the walk alone (the seed's output)
+    full_t: list[float] = []  # the walk and the trace view (the columnar sink's output)
     col_t: list[float] = []
     calls = 0
     with tempfile.TemporaryDirectory() as tmp:
         d = Path(tmp)
-        # Interleaved (alternating which goes first), each after a full collection, so
-        # machine load and the other side's garbage hit both alike.
+        # One untimed run of each side first: the first translation in a process pays
+        # one-off costs (module caches, first calls into pyarrow and numpy; measured
+        # ~2x a later run), which a prover pays once, not per batch.
+        naive_s(spans, d / "warm-naive.rrd", naive_full)
+        columnar_s(spans, d / "warm-columnar.rrd")
+        # Interleaved (rotating which goes first), each after a full collection, so
+        # machine load and the other sides' garbage hit all alike.
         for r in range(args.repeats):
-            for side in ((0, 1) if r % 2 == 0 else (1, 0)):
+            for side in (0, 1, 2)[r % 3:] + (0, 1, 2)[:r % 3]:
                 gc.collect()
                 if side == 0:
                     naive_t.append(naive_s(spans, d / "naive.rrd"))
+                elif side == 1:
+                    full_t.append(naive_s(spans, d / "naive_full.rrd", naive_full))
                 else:
                     t, calls = columnar_s(spans, d / "columnar.rrd")
                     col_t.append(t)
@@ -239,22 +298,30 @@ def main(argv: Sequence[str] | None = None) -> None:
         call_us = statistics.median(export_call_us(spans, d / f"call{i}.rrd") for i in range(3))
 
     n = len(spans)
-    naive_med, col_med = statistics.median(naive_t), statistics.median(col_t)
+    naive_med, full_med, col_med = (statistics.median(x) for x in (naive_t, full_t, col_t))
     print(f"span set: {args.proofs} proofs × {args.layers} layers × {args.rounds} rounds = "
           f"{n} spans ({sum(len(s.events) for s in spans)} events); medians of "
-          f"{args.repeats} interleaved runs\n")
-    print("| naive rr.log spans/s | columnar spans/s | speed-up (median, min–max) "
-          "| Rerun calls: naive / columnar | export() µs/span "
+          f"{args.repeats} interleaved runs after one untimed run of each side\n")
+    print("Same output on both sides (the walk and the trace view; the columnar sink "
+          "draws both):\n")
+    print("| naive rr.log spans/s | columnar spans/s | speed-up (median, min–max of paired "
+          "runs) | Rerun calls: naive / columnar | export() µs/span "
           "| prover µs/span: no exporter / + Simple / + Bounded |")
     print("|---|---|---|---|---|---|")
-    ratios = sorted(a / b for a, b in zip(naive_t, col_t, strict=True))
-    naive_calls = sum(1 for _ in naive_calls_of(spans))
-    print(f"| {n / naive_med:,.0f} | {n / col_med:,.0f} | {naive_med / col_med:.1f}× "
-          f"({ratios[0]:.1f}–{ratios[-1]:.1f}) | {naive_calls:,} / {calls} | {call_us:.1f} "
+    fair = sorted(a / b for a, b in zip(full_t, col_t, strict=True))
+    print(f"| {n / full_med:,.0f} | {n / col_med:,.0f} | {full_med / col_med:.1f}× "
+          f"({fair[0]:.1f}–{fair[-1]:.1f}) "
+          f"| {len(naive_calls_of(spans, naive_full)):,} / {calls} | {call_us:.1f} "
           f"| {costs['none']:.0f} / {costs['simple']:.0f} / {costs['bounded']:.0f} |")
+    ratios = sorted(a / b for a, b in zip(naive_t, col_t, strict=True))
+    print(f"\nUnequal work, as measured before (the naive side draws the walk only, "
+          f"{len(naive_calls_of(spans)):,} calls): {n / naive_med:,.0f} spans/s, "
+          f"{naive_med / col_med:.1f}× ({ratios[0]:.1f}–{ratios[-1]:.1f})")
 
 
-def naive_calls_of(spans: Sequence[ReadableSpan]) -> list[None]:
+def naive_calls_of(spans: Sequence[ReadableSpan],
+                   draw: Callable[[Sequence[ReadableSpan], rr.RecordingStream], None] = naive
+                   ) -> list[None]:
     """Count the naive translation's ``rr.log`` calls (by running it on a counter)."""
     counted: list[None] = []
 
@@ -265,7 +332,7 @@ def naive_calls_of(spans: Sequence[ReadableSpan]) -> list[None]:
         def set_time(self, *args: object, **kwargs: object) -> None:
             return None
 
-    naive(spans, Counter())  # type: ignore[arg-type]
+    draw(spans, Counter())  # type: ignore[arg-type]
     return counted
 
 

@@ -165,6 +165,15 @@ def events_fields(events: Any) -> list[EventFields]:
     return [_public_event(e) for e in events]
 
 
+def event_timestamps(events: Any) -> list[Any]:
+    """The timestamp of every event of a span, as :func:`events_fields` reads it."""
+    if FIELDS_OK:
+        event_type = Event
+        return [e._timestamp if type(e) is event_type else event_fields(e)[1]
+                for e in events]
+    return [_public_event(e)[1] for e in events]
+
+
 def plain_attributes(attrs: Mapping[str, Any] | None) -> Mapping[str, Any]:
     """The plain dict behind the SDK's ``BoundedAttributes`` (its ``Mapping.get`` is ~6x
     slower); any other mapping as it is, ``None`` as an empty dict."""

@@ -47,7 +47,7 @@ import math
 import os
 import zlib
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -145,27 +145,59 @@ def _value(v: object) -> str:
         return v if len(v) <= 80 else v[:77] + "…"  # type: ignore[index, arg-type, return-value]
     if t is int:
         s = str(v)
-    elif isinstance(v, tuple | list):
-        items = ",".join(map(str, v[:8]))
-        return f"[{items}{',…' if len(v) > 8 else ''}]"
+    elif t is tuple or t is list or isinstance(v, tuple | list):
+        first = v[:8]  # type: ignore[index]
+        try:  # a round polynomial: a tuple of coefficient strings, joined as they are
+            items = ",".join(first)
+        except TypeError:
+            items = ",".join(map(str, first))
+        return f"[{items},…]" if len(v) > 8 else f"[{items}]"  # type: ignore[arg-type]
     else:
         s = str(v)
     return s if len(s) <= 80 else s[:77] + "…"
 
 
-#: Attribute key sets seen (in arrival order) → the keys shown, sorted, and the row's
-#: ``k={} …`` template: spans and events of one kind share their key set, and sorting
-#: and joining it again per row was a third of the trace view's time. Bounded: cleared
-#: when full.
-_SHOWN: dict[tuple[Any, ...], tuple[list[str], str]] = {}
-_MAX_SHOWN = 4096
+#: Attribute key sets seen (in arrival order) → the row formatter of that key set: spans
+#: and events of one kind share their key set, so the sorting, capping and per-value
+#: checks are compiled once per set (see :func:`_compile`). Bounded: cleared when full.
+_FORMATTERS: dict[tuple[Any, ...], Callable[[Mapping[str, Any]], str]] = {}
+_MAX_FORMATTERS = 4096
 
 
-def _template(keys: list[str], more: int) -> str:
-    def esc(text: str) -> str:
-        return text.replace("{", "{{").replace("}", "}}")
+def _compile(keys: list[str], more: int) -> Callable[[Mapping[str, Any]], str]:
+    """The ``k=v`` row of ``keys`` (sorted, capped) as one generated function.
 
-    return " ".join(f"{esc(k)}={{}}" for k in keys) + (f" (+{more} more)" if more > 0 else "")
+    Why generated: this row is built for every span and every span event the trace view
+    draws (16+ per layer span), and a generic loop (a key list, a value list, a call per
+    value, ``str.format``) cost ~3 µs per row against ~1 µs for straight-line code.
+    Only generated identifiers appear in the source; the keys and the text between the
+    values are bound as constants, so no telemetry text is ever compiled.
+    """
+    consts: dict[str, Any] = {"_value": _value, "_str": str, "_int": int}
+    body = ["def row(a):"]
+    parts: list[str] = []
+    for i, key in enumerate(keys):
+        consts[f"k{i}"] = key
+        consts[f"c{i}"] = (" " if i else "") + key + "="
+        # As _value() writes it: str and int clipped at 80, sequences by their items.
+        body += [f"    x{i} = a[k{i}]",
+                 f"    t = type(x{i})",
+                 "    if t is _int:",
+                 f"        x{i} = str(x{i})",
+                 "    elif t is not _str:",
+                 f"        x{i} = _value(x{i})",
+                 "        t = None",
+                 f"    if t is not None and len(x{i}) > 80:",
+                 f"        x{i} = x{i}[:77] + '…'",
+                 ]
+        parts.append(f"{{c{i}}}{{x{i}}}")
+    if more > 0:
+        consts["tail"] = f" (+{more} more)"
+        parts.append("{tail}")
+    body.append("    return f'" + "".join(parts) + "'")
+    namespace = dict(consts)
+    exec("\n".join(body), namespace)  # generated identifiers only (see above)
+    return namespace["row"]  # type: ignore[no-any-return]
 
 
 def format_attrs(attrs: Mapping[str, Any]) -> str:
@@ -173,19 +205,18 @@ def format_attrs(attrs: Mapping[str, Any]) -> str:
     if not attrs:
         return ""
     names = tuple(attrs)
-    plan = _SHOWN.get(names)
-    if plan is None:
+    row = _FORMATTERS.get(names)
+    if row is None:
         keys = sorted(str(k) for k in names)
-        plan = (keys[:MAX_ATTRS], _template(keys[:MAX_ATTRS], len(keys) - MAX_ATTRS))
-        if all(type(k) is str for k in names):  # (1,) == (True,): only str keys are keys
-            if len(_SHOWN) >= _MAX_SHOWN:
-                _SHOWN.clear()
-            _SHOWN[names] = plan
-    keys, template = plan
-    values = [attrs[k] for k in keys]
-    # Short strings, the most common value, inline (a call per value adds up).
-    return template.format(*[v if type(v) is str and len(v) <= 80 else _value(v)
-                             for v in values])
+        if not all(type(k) is str for k in names):  # (1,) == (True,): only str keys
+            shown = [f"{k}={_value(attrs[k])}" for k in keys[:MAX_ATTRS]]
+            more = len(keys) - MAX_ATTRS
+            return " ".join(shown) + (f" (+{more} more)" if more > 0 else "")
+        row = _compile(keys[:MAX_ATTRS], len(keys) - MAX_ATTRS)
+        if len(_FORMATTERS) >= _MAX_FORMATTERS:
+            _FORMATTERS.clear()
+        _FORMATTERS[names] = row
+    return row(attrs)
 
 
 def format_ms(ns: int) -> str:
@@ -271,6 +302,7 @@ def _waiting(rec: Rec) -> Rec:
 
 
 _NO_ATTRS: Mapping[str, Any] = {}
+_LOG_EVENT = str(EventName.LOG)
 
 
 @dataclass
@@ -603,15 +635,18 @@ class TraceTranslator:
         except Exception:  # a hostile object: read it defensively, field by field
             fields = [(getattr(ev, "name", ""), getattr(ev, "timestamp", None), _attrs(ev), 0)
                       for ev in rec.events]
-        for name, t, ea, _ in fields:
+        log_name = _LOG_EVENT
+        add_time, add_body, add_level = times.append, bodies.append, levels.append
+        for name, t, ea, _ in fields:  # one row per event: the trace view's hot loop
             if type(name) is not str:
                 name = str(name or "")
             if type(ea) is not dict:
                 ea = _mapping(ea)
-            t = t if type(t) is int and t > 0 else end
-            level = "ERROR" if name == "exception" else "INFO"
+            if type(t) is not int or t <= 0:
+                t = end
+            level = "INFO"
             body = head + name
-            if name == EventName.LOG:
+            if name == log_name:
                 message = ea.get(Attr.LOG_MESSAGE)
                 if isinstance(message, str):
                     # A bridged log line (EZKL's Rust logs, proof-stream Log): its own level.
@@ -619,12 +654,13 @@ class TraceTranslator:
                     ea = {k: v for k, v in ea.items() if k not in (Attr.LOG_MESSAGE,
                                                                    Attr.LOG_LEVEL)}
                     body = head + message
-            ev_attrs = format_attrs(ea)
-            if ev_attrs:
-                body += " · " + ev_attrs
-            times.append(t)
-            bodies.append(body if len(body) <= MAX_TEXT else body[:MAX_TEXT] + "…")
-            levels.append(level)
+            elif name == "exception":
+                level = "ERROR"
+            if ea:
+                body += " · " + format_attrs(ea)
+            add_time(t)
+            add_body(body if len(body) <= MAX_TEXT else body[:MAX_TEXT] + "…")
+            add_level(level)
         frame.texts(logs, times, bodies, levels)
         series = f"{DURATIONS}/{svc}/{part(rec.name)}"
         if series not in self._series:
