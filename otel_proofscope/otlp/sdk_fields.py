@@ -22,7 +22,7 @@ caller uses ``add_event``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from opentelemetry.attributes import BoundedAttributes
@@ -143,6 +143,29 @@ def span_fields(span: ReadableSpan) -> SpanFields:
     if FIELDS_OK and _sdk_span_storage(type(span)):
         return _private_span(span)
     return _public_span(span)
+
+
+def span_attributes(span: Any) -> Mapping[str, Any]:
+    """A span's attributes as a plain mapping, without the copy or proxy the public
+    property builds on every read (the translations read them several times a span)."""
+    if FIELDS_OK and _sdk_span_storage(type(span)):
+        attrs = span._attributes
+        if type(attrs) is BoundedAttributes:
+            return attrs._dict  # type: ignore[no-any-return]
+        return attrs if attrs is not None else {}  # type: ignore[no-any-return]
+    return plain_attributes(getattr(span, "attributes", None))
+
+
+def span_events(span: Any) -> Sequence[Any]:
+    """A span's events, oldest first, without the tuple the public property copies on
+    every read (records of a deferred list are built once, as on any read)."""
+    if FIELDS_OK and _sdk_span_storage(type(span)):
+        events = span._events
+        if type(events) is BoundedList:
+            return events._dq  # type: ignore[attr-defined, no-any-return]
+        if type(events) is DeferredEvents:
+            return events.events()
+    return getattr(span, "events", None) or ()
 
 
 def event_fields(event: Any) -> EventFields:

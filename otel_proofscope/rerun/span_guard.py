@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from otel_proofscope.otlp.sdk_fields import event_timestamps, events_fields
+from otel_proofscope.otlp.sdk_fields import event_timestamps, events_fields, span_events
 
 #: Largest timestamp Rerun's int64 nanosecond timelines can hold.
 MAX_TIME_NS = 2**63 - 1
@@ -32,7 +32,7 @@ def problem(span: Any) -> str | None:
         # Every event's time at once (a prover span carries many events): the common
         # case, all ints in range, is settled by C-level passes; anything else is
         # looked at event by event, for the reason.
-        events = span.events
+        events = span_events(span)
         times = event_timestamps(events)
         if times and not (set(map(type, times)) == _INT_ONLY
                           and min(times) >= 0 and max(times) <= MAX_TIME_NS):

@@ -49,7 +49,11 @@ from opentelemetry.trace import StatusCode
 
 from otel_proofscope import fields
 from otel_proofscope.fields import M31
-from otel_proofscope.otlp.sdk_fields import events_fields, plain_attributes
+from otel_proofscope.otlp.sdk_fields import (
+    events_fields,
+    span_attributes,
+    span_events,
+)
 from otel_proofscope.rerun import layout
 from otel_proofscope.rerun.columns import Frame, Node
 from otel_proofscope.rerun.model import (
@@ -250,7 +254,7 @@ class SpanTranslator:
                 continue
             model = self.proofs.get(ctx.trace_id)
             touched[ctx.trace_id] = model
-            if (span.attributes or {}).get(STREAM_TIMING) == "replay":
+            if span_attributes(span).get(STREAM_TIMING) == "replay":
                 model.replayed = True
             try:
                 self._place(model, frame)
@@ -385,7 +389,7 @@ class SpanTranslator:
     def _span(self, span: ReadableSpan, model: ProofModel, frame: Frame, issues: Issues,
               witness: bool, rounds: _Rounds) -> bool:
         name = span.name
-        events: Sequence[Event] = span.events
+        events: Sequence[Event] = span_events(span)
         if is_layer(span):
             rounds.others = []
             if not self._layer(span, model, frame, issues, witness, rounds):
@@ -429,7 +433,7 @@ class SpanTranslator:
         The proof span's totals are not plotted (they are the sum of these)."""
         if span.name == SpanName.PROOF:
             return
-        a = span.attributes or {}
+        a = span_attributes(span)
         if Attr.GPU_DISPATCH_COUNT not in a and Attr.GPU_ENERGY not in a \
                 and Attr.GPU_KERNEL_TIME not in a:
             return  # no GPU work measured in this phase: nothing below would draw
@@ -470,7 +474,7 @@ class SpanTranslator:
                 frame.scalar(f"gpu/phase/bytes/{p}/{direction}", end, float(nbytes))
 
     def _proof(self, span: ReadableSpan, model: ProofModel, frame: Frame) -> None:
-        a = span.attributes or {}
+        a = span_attributes(span)
         start, end = _times(span)
         model.start, model.end = start, end
         declared = _int(a, Attr.PROOF_LAYERS)
@@ -516,7 +520,7 @@ class SpanTranslator:
 
     def _circuit(self, span: ReadableSpan, model: ProofModel, frame: Frame,
                  issues: Issues) -> None:
-        a = span.attributes or {}
+        a = span_attributes(span)
         start, end = _times(span)
         p = model.key
         raw_idx = _seq(a, Attr.CIRCUIT_NODE_INDEX)
@@ -572,7 +576,7 @@ class SpanTranslator:
 
     def _layer(self, span: ReadableSpan, model: ProofModel, frame: Frame, issues: Issues,
                witness: bool, acc: _Rounds) -> bool:
-        a = plain_attributes(span.attributes)
+        a = span_attributes(span)
         index = _int(a, Attr.LAYER_INDEX)
         if index is None or index > MAX_LAYER_INDEX:
             return False
@@ -637,7 +641,7 @@ class SpanTranslator:
         name = EventName.SUMCHECK_ROUND
         nan, m31 = math.nan, M31
         others = acc.others
-        events = span.events
+        events = span_events(span)
         # The hot loop of a batch: one pass, plain dicts, the fingerprint's fast path inline.
         for ev, (ev_name, t, a, _) in zip(events, events_fields(events), strict=True):
             if ev_name != name:
@@ -707,7 +711,7 @@ class SpanTranslator:
                 name = key.rsplit(".", 1)[-1]
                 frame.static(f"inference/stats/{p}/{name}",
                              rr.SeriesLines(names=[f"activation {name} {p}"]))
-        for ev in span.events:
+        for ev in span_events(span):
             if ev.name == EventName.LAYER_ACTIVATION:
                 a = ev.attributes or {}
                 if Attr.ERROR_TYPE in a:
@@ -769,7 +773,7 @@ class SpanTranslator:
         frame.tensor(f"inference/{model.key}/layer_{index}/attn_head_{head}", t, arr, layer=index)
 
     def _weight_opening(self, span: ReadableSpan, model: ProofModel, frame: Frame) -> None:
-        a = span.attributes or {}
+        a = span_attributes(span)
         start, end = _times(span)
         node = a.get(Attr.WEIGHT_NODE_ID, "?")
         logs = f"logs/weights/{model.key}"
@@ -782,7 +786,7 @@ class SpanTranslator:
                    _level(span))
 
     def _binding(self, span: ReadableSpan, model: ProofModel, frame: Frame) -> None:
-        a = span.attributes or {}
+        a = span_attributes(span)
         start, end = _times(span)
         logs = f"logs/proof/{model.key}"
         frame.text(logs, start, f"aggregated binding: {_fmt(a.get(Attr.BINDING_CLAIMS, '?'))} "
@@ -795,7 +799,7 @@ class SpanTranslator:
             frame.scalar(f"proof/binding_ms/{model.key}", end, (end - start) / 1e6)
 
     def _stark(self, span: ReadableSpan, model: ProofModel, frame: Frame) -> None:
-        a = span.attributes or {}
+        a = span_attributes(span)
         start, end = _times(span)
         logs = f"logs/stark/{model.key}"
         frame.text(logs, start, "STARK proof: activations="
@@ -806,7 +810,7 @@ class SpanTranslator:
                    _level(span))
 
     def _verify(self, span: ReadableSpan, model: ProofModel, frame: Frame) -> None:
-        a = span.attributes or {}
+        a = span_attributes(span)
         start, end = _times(span)
         verified = a.get(Attr.PROOF_VERIFIED)
         ok = verified is not False and span.status.status_code is not StatusCode.ERROR
@@ -821,7 +825,7 @@ class SpanTranslator:
         frame.text(f"logs/proof/{model.key}", end,
                    _text(f"span {span.name}: {_ms(start, end, model.replayed)}"),
                    _level(span, "DEBUG"))
-        self._common_events(span, span.events, model, frame, issues, "proof")
+        self._common_events(span, span_events(span), model, frame, issues, "proof")
 
     # ── events any span may carry ────────────────────────────────────────────────────
 

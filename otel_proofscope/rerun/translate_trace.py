@@ -55,7 +55,7 @@ import numpy as np
 import rerun as rr
 from opentelemetry.sdk.resources import SERVICE_NAME
 
-from otel_proofscope.otlp.sdk_fields import events_fields
+from otel_proofscope.otlp.sdk_fields import events_fields, span_attributes, span_events
 from otel_proofscope.rerun.columns import PROOF_TIME, Frame
 from otel_proofscope.semconv import Attr, EventName
 
@@ -281,9 +281,11 @@ def read_span(span: Any) -> Rec | None:
     message = getattr(status, "description", None) or ""
     resource = getattr(span, "resource", None)
     service = _attrs(resource).get(SERVICE_NAME) if resource is not None else None
-    attrs = _attrs(span)
+    attrs = span_attributes(span)
+    if type(attrs) is not dict:
+        attrs = _mapping(attrs)
     name = str(getattr(span, "name", "") or "")
-    events = getattr(span, "events", None) or ()
+    events = span_events(span)
     return Rec(trace_id, span_id, parent_id, name,
                service if isinstance(service, str) and service else "unknown_service",
                start, end, code == "ERROR", str(message), attrs, events, remote)
