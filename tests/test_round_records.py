@@ -329,3 +329,35 @@ def test_concurrent_readers_and_a_writer_agree() -> None:
     assert not bad
     assert [e.attributes["i"] for e in span.events] == list(range(3000))  # type: ignore[index]
     assert deferred_module.DeferredEvents is DeferredEvents
+
+
+def test_ending_a_layer_builds_no_event_on_the_prover_thread(tmp_path: Path) -> None:
+    """configure()'s processors size each span as it ends (the byte bound): reading
+    ``span.events`` there built every round's Event on the prover thread, ~4 µs a round,
+    which the records exist to move to the export threads."""
+    import otel_proofscope as ps
+
+    built_on: list[str] = []
+    real = DeferredEvents._event
+
+    def spy(self: DeferredEvents, record: tuple[Any, ...]) -> Any:
+        built_on.append(threading.current_thread().name)
+        return real(self, record)
+
+    telemetry = ps.configure(out_dir=str(tmp_path), rerun=f"file:{tmp_path / 'r.rrd'}",
+                             shutdown_timeout_s=2.0, set_global=False)
+    prover = threading.current_thread().name
+    try:
+        with mock.patch.object(DeferredEvents, "_event", spy):
+            tracer = telemetry.tracer
+            with tracer.proof(system="gkr", backend="cpu", layers=1):
+                for index in range(3):
+                    with tracer.layer(index=index, kind="MatMul", rounds=4):
+                        for r in range(4):
+                            tracer.sumcheck_round(r, poly=[(1, 2, 3, 4)], claim=(r, 0, 0, 0))
+            built_here = built_on.count(prover)
+            assert telemetry.force_flush(10)
+    finally:
+        telemetry.shutdown()
+    assert built_here == 0
+    assert len(built_on) >= 12  # the exporters did build them, on their own threads

@@ -168,6 +168,17 @@ def span_events(span: Any) -> Sequence[Any]:
     return getattr(span, "events", None) or ()
 
 
+def event_count(span: Any) -> int:
+    """How many events ``span`` holds, without reading them: the public property copies
+    them, which for a deferred list builds every record's event (on the prover thread,
+    where the processors size each span as it ends)."""
+    if FIELDS_OK and _sdk_span_storage(type(span)):
+        events = span._events
+        if type(events) is BoundedList or type(events) is DeferredEvents:
+            return len(events)
+    return len(getattr(span, "events", None) or ())
+
+
 def event_fields(event: Any) -> EventFields:
     """``(name, timestamp, attributes, dropped_attributes)`` of a span event."""
     if FIELDS_OK and type(event) is Event:

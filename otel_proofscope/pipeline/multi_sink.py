@@ -16,6 +16,7 @@ from typing import Any
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter
 
+from otel_proofscope.otlp.sdk_fields import event_count
 from otel_proofscope.pipeline.processor import BoundedBatchSpanProcessor
 from otel_proofscope.semconv import DropReason
 
@@ -29,7 +30,7 @@ class MultiSinkBatchSpanProcessor(BoundedBatchSpanProcessor):
         self.sinks = tuple(sinks)
 
     def _lose(self, spans: Sequence[ReadableSpan], reason: DropReason) -> None:
-        events = sum(len(s.events) for s in spans)
+        events = sum(event_count(s) for s in spans)
         with self.stats.lock:
             self.stats.lost_spans += len(spans)
             self.stats.lost_events += events

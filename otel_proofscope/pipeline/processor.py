@@ -36,6 +36,7 @@ from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from otel_proofscope.ledger import DROPS, DropLedger
+from otel_proofscope.otlp.sdk_fields import event_count, span_attributes
 from otel_proofscope.pipeline.forking import after_fork_in_child
 from otel_proofscope.semconv import DropReason
 
@@ -61,9 +62,10 @@ DEFAULT_MAX_QUEUE_BYTES = 24 * 2**20
 def estimate_bytes(span: ReadableSpan) -> int:
     """Estimated memory ``span`` holds while queued; never raises (prover thread)."""
     try:
-        attributes = span.attributes
-        return (SPAN_BYTES + ATTRIBUTE_BYTES * (len(attributes) if attributes else 0)
-                + EVENT_BYTES * len(span.events))
+        # Through sdk_fields: the public properties copy (and for round records, build)
+        # every event, here on the prover thread.
+        return (SPAN_BYTES + ATTRIBUTE_BYTES * len(span_attributes(span))
+                + EVENT_BYTES * event_count(span))
     except Exception:  # a foreign span type: count the fixed part
         return SPAN_BYTES
 
@@ -95,7 +97,7 @@ class ExportStats:
     def add(self, batch: Sequence[ReadableSpan]) -> None:
         with self.lock:
             self.spans += len(batch)
-            self.events += sum(len(s.events) for s in batch)
+            self.events += sum(event_count(s) for s in batch)
 
 
 class BoundedBatchSpanProcessor(SpanProcessor):
@@ -239,7 +241,7 @@ class BoundedBatchSpanProcessor(SpanProcessor):
             self._lose(batch, DropReason.EXPORT_FAILED)
 
     def _lose(self, spans: Sequence[ReadableSpan], reason: DropReason) -> None:
-        events = sum(len(s.events) for s in spans)
+        events = sum(event_count(s) for s in spans)
         with self.stats.lock:
             self.stats.lost_spans += len(spans)
             self.stats.lost_events += events
