@@ -340,7 +340,7 @@ class _Trace:
     depth: dict[int, int] = field(default_factory=dict)  # placed span id → depth
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class _Pending:
     rec: Rec
     since: float  # monotonic arrival time
