@@ -162,6 +162,20 @@ def _value(v: object) -> str:
 #: checks are compiled once per set (see :func:`_compile`). Bounded: cleared when full.
 _FORMATTERS: dict[tuple[Any, ...], Callable[[Mapping[str, Any]], str]] = {}
 _MAX_FORMATTERS = 4096
+#: Key sets not compiled yet → [shown keys, ``str.format`` template, rows formatted].
+_PLANS: dict[tuple[Any, ...], list[Any]] = {}
+#: Rows of one key set formatted by the template before it is compiled. Compiling costs
+#: ~350 µs and saves ~1.5 µs a row: a stream whose key sets never repeat (dynamic
+#: attribute names) must not pay a compilation per span, while a prover's round events
+#: (thousands with one key set) reach it at once. Worst case: +1.4 µs a row.
+COMPILE_AFTER = 256
+
+
+def _template(keys: list[str], more: int) -> str:
+    def esc(text: str) -> str:
+        return text.replace("{", "{{").replace("}", "}}")
+
+    return " ".join(f"{esc(k)}={{}}" for k in keys) + (f" (+{more} more)" if more > 0 else "")
 
 
 def _compile(keys: list[str], more: int) -> Callable[[Mapping[str, Any]], str]:
@@ -206,17 +220,28 @@ def format_attrs(attrs: Mapping[str, Any]) -> str:
         return ""
     names = tuple(attrs)
     row = _FORMATTERS.get(names)
-    if row is None:
+    if row is not None:
+        return row(attrs)
+    plan = _PLANS.get(names)
+    if plan is None:
         keys = sorted(str(k) for k in names)
+        shown, more = keys[:MAX_ATTRS], len(keys) - MAX_ATTRS
         if not all(type(k) is str for k in names):  # (1,) == (True,): only str keys
-            shown = [f"{k}={_value(attrs[k])}" for k in keys[:MAX_ATTRS]]
-            more = len(keys) - MAX_ATTRS
-            return " ".join(shown) + (f" (+{more} more)" if more > 0 else "")
-        row = _compile(keys[:MAX_ATTRS], len(keys) - MAX_ATTRS)
+            return _template(shown, more).format(*[_value(attrs[k]) for k in shown])
+        if len(_PLANS) >= _MAX_FORMATTERS:
+            _PLANS.clear()
+        plan = _PLANS[names] = [shown, _template(shown, more), 0]
+    plan[2] += 1
+    if plan[2] >= COMPILE_AFTER:
         if len(_FORMATTERS) >= _MAX_FORMATTERS:
             _FORMATTERS.clear()
-        _FORMATTERS[names] = row
-    return row(attrs)
+        _FORMATTERS[names] = _compile(plan[0], len(names) - MAX_ATTRS)
+        _PLANS.pop(names, None)
+    shown_keys: list[str] = plan[0]
+    template: str = plan[1]
+    # Short strings, the most common value, inline (a call per value adds up).
+    return template.format(*[v if type(v) is str and len(v) <= 80 else _value(v)
+                             for v in [attrs[k] for k in shown_keys]])
 
 
 def format_ms(ns: int) -> str:
