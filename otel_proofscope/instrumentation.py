@@ -813,6 +813,11 @@ def _round_event(record: tuple[Any, ...]) -> tuple[str, dict[str, AttributeValue
     return _ROUND_EVENT, attrs
 
 
+#: The builder of round events, public for a process that receives round records unbuilt
+#: (the export process's child, :mod:`otel_proofscope.rerun.span_wire`).
+round_event = _round_event
+
+
 _canonical_checked = fields.canonical_checked
 _K_ROUND, _K_DEGREE, _K_POLY = Attr.SUMCHECK_ROUND, Attr.SUMCHECK_DEGREE, Attr.SUMCHECK_POLY
 _K_CHALLENGE, _K_CLAIM, _K_ERROR = Attr.SUMCHECK_CHALLENGE, Attr.CLAIM, Attr.ERROR_TYPE

@@ -100,3 +100,61 @@ def test_malformed_full_records_are_refused_and_counted_the_rest_kept() -> None:
     out = span_wire.unpack_spans(marshal.dumps((2, [good, *bad, good], resources, scopes)))
     assert len(out.spans) == 2 and out.rejected_spans == len(bad)
     assert out.rejected_events == sum(len(r[10]) for r in bad)
+
+
+def _prover_spans(limits: Any, rounds: int, user_events: bool) -> list[Any]:
+    """Spans of ProofTracer whose round records nobody has read yet (their events
+    unbuilt), some with a user's own add_event between the rounds."""
+    from opentelemetry.sdk.trace import SpanLimits, TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from otel_proofscope.instrumentation import ProofTracer
+
+    keep = InMemorySpanExporter()  # keeps the spans without reading their events
+    tp = TracerProvider(span_limits=SpanLimits(**limits))
+    tp.add_span_processor(SimpleSpanProcessor(keep))
+    tracer = ProofTracer(tp)
+    with tracer.proof(system="gkr", layers=2):
+        for index in range(2):
+            with tracer.layer(index=index, kind="MatMul", rounds=rounds) as layer:
+                for r in range(rounds):
+                    tracer.sumcheck_round(r, [(r, 2, 3, 4), (5, 6, 7, 8 + r)],
+                                          (r * 7919, 1, 2, 3), challenge=r + 11)
+                    if user_events and r == 1:
+                        layer.span.add_event("user", {"note": "x" * 40})
+    return list(keep.get_finished_spans())
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from([{}, {"max_events": 3}, {"max_event_attributes": 2},
+                        {"max_attribute_length": 5}]),
+       st.integers(min_value=1, max_value=6), st.booleans())
+def test_round_records_travel_unbuilt_and_build_the_same_bytes_in_the_child(
+        limits: dict[str, int], rounds: int, user_events: bool) -> None:
+    from otel_proofscope.otlp import deferred_events, sdk_fields
+
+    spans = _prover_spans(limits, rounds, user_events)
+    layers = [s for s in spans if s.name == "proof.layer"]
+    assert all(sdk_fields.unbuilt_events(s) is not None for s in layers)
+    data, refused = span_wire.pack_spans_full(spans)
+    assert refused == []
+    # Packing built nothing here: the records are still records in this process.
+    assert all(sdk_fields.unbuilt_events(s) is not None for s in layers)
+    back = span_wire.unpack_spans(data)
+    assert (back.rejected_spans, back.first_error) == (0, "")
+    assert all(type(s._events) is not deferred_events.DeferredEvents for s in back.spans)
+    assert encode_export_request(back.spans) == encode_spans(spans).SerializeToString()
+    assert [_view(s) for s in back.spans] == [_view(s) for s in spans]
+
+
+def test_a_malformed_round_record_refuses_its_span_only() -> None:
+    spans = _prover_spans({}, 2, False)
+    version, records, resources, scopes = marshal.loads(span_wire.pack_spans_full(spans)[0])
+    bad = next(i for i, r in enumerate(records) if r[0] == "proof.layer")
+    events = list(records[bad][10])
+    events[0] = (("not", "a", "record"), None, None)
+    records[bad] = records[bad][:10] + (tuple(events),) + records[bad][11:]
+    back = span_wire.unpack_spans(marshal.dumps((version, records, resources, scopes)))
+    assert back.rejected_spans == 1 and len(back.spans) == len(spans) - 1
+    assert "round record" in back.first_error

@@ -36,6 +36,16 @@ from opentelemetry.sdk.util import BoundedList
 Build = Callable[[tuple[Any, ...]], tuple[str, Mapping[str, Any]]]
 
 
+_DEFAULT_LIMITS: list[SpanLimits] = []
+
+
+def _limits() -> SpanLimits:
+    # Built once: the constructor reads the environment (~7 µs); its values are replaced.
+    if not _DEFAULT_LIMITS:
+        _DEFAULT_LIMITS.append(SpanLimits())
+    return _DEFAULT_LIMITS[0]
+
+
 class DeferredEvents(BoundedList):  # type: ignore[type-arg]
     """A ``BoundedList`` of span events some of which are still records (tuples)."""
 
@@ -82,7 +92,34 @@ class DeferredEvents(BoundedList):  # type: ignore[type-arg]
             self._dq.extend(seq)
             self._pending += sum(1 for x in seq if type(x) is tuple)
 
+    @classmethod
+    def rebuilt(cls, items: list[Any], dropped: int, build: Build, max_attrs: int | None,
+                max_len: int | None) -> DeferredEvents:
+        """A list holding ``items`` (records and events, as :meth:`items` gave them) that
+        builds its records exactly as the original list would have: the same builder and
+        the same limits. How another process receives a span's rounds unbuilt."""
+        out = cls(None, _limits(), build)
+        out._max_attrs, out._max_len = max_attrs, max_len  # the sender's, not this one's
+        out._dq.extend(items)
+        out._pending = sum(1 for x in items if type(x) is tuple)
+        out.dropped = dropped
+        return out
+
     # ── readers ──────────────────────────────────────────────────────────────────────
+
+    @property
+    def builder(self) -> Build:
+        return self._build
+
+    @property
+    def limits(self) -> tuple[int | None, int | None]:
+        """(max attributes per event, max attribute length) the records are built with."""
+        return self._max_attrs, self._max_len
+
+    def items(self) -> tuple[list[Any], int]:
+        """Every item as it is now, records unbuilt, and how many are records."""
+        with self._lock:
+            return list(self._dq), self._pending
 
     def events(self) -> list[Any]:
         """Every item as an ``Event``, oldest first (records built on the first read)."""

@@ -63,7 +63,7 @@ def _sdk_span_storage(cls: type) -> bool:
     return plain
 
 
-def _private_span(span: Any) -> SpanFields:
+def _private_span(span: Any, unbuilt: bool = False) -> SpanFields:
     attrs: Any = span._attributes
     events: Any = span._events
     links: Any = span._links
@@ -77,7 +77,7 @@ def _private_span(span: Any) -> SpanFields:
         events = events._dq  # type: ignore[attr-defined]
     elif type(events) is DeferredEvents:
         dropped_events = events.dropped
-        events = events.events()
+        events = events.items()[0] if unbuilt else events.events()
     else:
         dropped_events = 0
     if type(links) is BoundedList:
@@ -138,10 +138,12 @@ def _probe() -> bool:
         return False
 
 
-def span_fields(span: ReadableSpan) -> SpanFields:
-    """Every field the OTLP encoder and the Rerun frames read, in one call."""
+def span_fields(span: ReadableSpan, *, unbuilt: bool = False) -> SpanFields:
+    """Every field the OTLP encoder and the Rerun frames read, in one call. With
+    ``unbuilt``, a deferred event list is given as it is: its round records unbuilt
+    (tuples) among the events (see :func:`unbuilt_events`)."""
     if FIELDS_OK and _sdk_span_storage(type(span)):
-        return _private_span(span)
+        return _private_span(span, unbuilt)
     return _public_span(span)
 
 
@@ -154,6 +156,16 @@ def span_attributes(span: Any) -> Mapping[str, Any]:
             return attrs._dict  # type: ignore[no-any-return]
         return attrs if attrs is not None else {}  # type: ignore[no-any-return]
     return plain_attributes(getattr(span, "attributes", None))
+
+
+def unbuilt_events(span: Any) -> DeferredEvents | None:
+    """The span's event list when it still holds round records that nobody has built
+    (a process that only forwards the span can send the records instead), else None."""
+    if FIELDS_OK and _sdk_span_storage(type(span)):
+        events = span._events
+        if type(events) is DeferredEvents and events._pending:
+            return events
+    return None
 
 
 def span_events(span: Any) -> Sequence[Any]:

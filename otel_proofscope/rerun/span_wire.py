@@ -43,12 +43,15 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Link, SpanContext, SpanKind, TraceFlags, TraceState
 from opentelemetry.trace.status import Status, StatusCode
 
+from otel_proofscope.instrumentation import round_event as _round_event
+from otel_proofscope.otlp.deferred_events import DeferredEvents
 from otel_proofscope.otlp.sdk_fields import (
     FIELDS_OK,
     bounded_attributes,
     events_fields,
     plain_attributes,
     span_fields,
+    unbuilt_events,
 )
 
 VERSION = 1
@@ -204,9 +207,26 @@ _KIND_VALUE: dict[Any, int] = {k: k.value for k in SpanKind}
 _CODE_VALUE: dict[Any, int] = {c: c.value for c in StatusCode}
 
 
+def _event_entries(events: Any) -> tuple[Any, ...]:
+    return tuple([(n, t, a if type(a) is dict else _plain(a), d)
+                  for n, t, a, d in events_fields(events)])
+
+
+def _round_entries(items: list[Any], limits: tuple[int | None, int | None]) -> tuple[Any, ...]:
+    """Round records as they are, each with the limits to build it with (a 3-tuple), and
+    the span's other events as usual (4-tuples), in order."""
+    max_attrs, max_len = limits
+    return tuple([(x, max_attrs, max_len) if type(x) is tuple else _event_entries((x,))[0]
+                  for x in items])
+
+
 def _record_full(s: ReadableSpan, res_i: int, scope_i: int, service: str) -> tuple[Any, ...]:
+    # Round records nobody has built yet travel as records: the child builds their
+    # events (~9 µs a round here, against ~1 µs to pack the record).
+    deferred = unbuilt_events(s)
+    unbuilt = deferred is not None and deferred.builder is _round_event
     (ctx, parent, name, kind, start, end, status, attrs, dropped_attrs, events,
-     dropped_events, links, dropped_links) = span_fields(s)
+     dropped_events, links, dropped_links) = span_fields(s, unbuilt=unbuilt)
     state = ctx.trace_state if ctx is not None else None
     return (name, ctx.trace_id if ctx is not None else 0,
             ctx.span_id if ctx is not None else 0,
@@ -214,8 +234,8 @@ def _record_full(s: ReadableSpan, res_i: int, scope_i: int, service: str) -> tup
             _KIND_VALUE[kind], start or 0, end or 0,
             _CODE_VALUE[status.status_code], status.description,
             attrs if type(attrs) is dict else _plain(attrs),
-            tuple([(n, t, a if type(a) is dict else _plain(a), d)
-                   for n, t, a, d in events_fields(events)]),
+            _round_entries(events, deferred.limits) if unbuilt and deferred is not None
+            else _event_entries(events),
             service, parent is not None and parent.is_remote,
             res_i, scope_i, int(ctx.trace_flags) if ctx is not None else 1,
             _state(state) if state else (),
@@ -448,13 +468,39 @@ def _span_full(r: Any, resources: list[Resource | None],
         status = _OK
     else:
         status = Status(StatusCode(code), description)
-    evs = [_event_full(e) for e in events]
+    evs = _events_full(events)
     lks = [_link(lk) for lk in links]
     return ReadableSpan(
         name, SpanContext(trace_id, span_id, False, trace_flags, _trace_state(state)),
         parent, resource, _attrs(attributes, dropped_attrs), _bounded(evs, dropped_events),
         _bounded(lks, dropped_links), SpanKind(kind), None, status, start, end,
         instrumentation_scope=scope)
+
+
+def _events_full(entries: tuple[Any, ...]) -> list[Any]:
+    """A record's events; round records (3-tuples) are built here, as the sender's
+    deferred list would have built them (its builder, its limits)."""
+    if not any(type(e) is tuple and len(e) == 3 for e in entries):
+        return [_event_full(e) for e in entries]
+    items: list[Any] = []
+    limits: tuple[Any, Any] | None = None
+    for e in entries:
+        if type(e) is tuple and len(e) == 3:
+            record, max_attrs, max_len = e
+            if type(record) is not tuple or not record or type(record[0]) is not int \
+                    or not all(v is None or type(v) is int for v in (max_attrs, max_len)):
+                raise ValueError("a round record is not (record, max attributes, max length)")
+            if limits is not None and limits != (max_attrs, max_len):
+                raise ValueError("round records of one span with different limits")
+            limits = (max_attrs, max_len)
+            items.append(record)
+        else:
+            items.append(_event_full(e))
+    assert limits is not None
+    try:
+        return DeferredEvents.rebuilt(items, 0, _round_event, *limits).events()
+    except Exception as exc:  # whatever bytes arrive: this record is refused, not the frame
+        raise ValueError(f"a round record cannot be built: {exc!r}") from None
 
 
 def _event_full(e: Any) -> Event:
