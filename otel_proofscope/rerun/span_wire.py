@@ -25,7 +25,12 @@ followed by ``(resource_index, scope_index, trace_flags, trace_state, links,
 dropped_attributes, dropped_events, dropped_links)`` with ``scope_index`` -1 for none,
 ``trace_state`` a tuple of ``(key, value)`` pairs, ``links`` a tuple of ``(trace_id,
 span_id, is_remote, trace_flags, trace_state, attributes, dropped_attributes)``, and
-every event a 4-tuple ``(name, timestamp, attributes, dropped_attributes)``.
+every event a 4-tuple ``(name, timestamp, attributes, dropped_attributes)``, or, for a
+sumcheck round that no reader has built into an event yet, a 3-tuple ``(record,
+max_event_attributes, max_attribute_length)``: the instrumentation's compact record
+and the sender's span limits, from which the receiver builds the very event the sender
+would have (:func:`otel_proofscope.instrumentation.round_event`), so the prover's
+process never builds it.
 Version 1 frames (what the Rerun-only child is sent) are still read.
 """
 
