@@ -11,7 +11,9 @@ interleaved over several rounds:
   full pipeline (OTLP + Rerun) with the Rerun translation in a thread and in a child,
   and with both sinks in one export process (each span packed once in the prover's
   process; OTLP encoding and sending and the Rerun translation in the child);
-* the same per round event, on a round-heavy burst (N/4 layers of 32 rounds);
+* the same per round event, on a round-heavy burst (N/4 layers of 32 rounds), once with
+  the SDK's own ``add_event`` and once made by ``ProofTracer`` (compact round records,
+  built into events by whichever exporter reads them: what a prover pays);
 * a burst of N spans: how many the receiver got, and how many were lost (and, for
   otel_proofscope, whether the loss was counted exactly);
 * the encoders alone: µs per prover span, official ``encode_spans`` +
@@ -130,6 +132,27 @@ def workload(provider: TracerProvider, n: int, rounds: int = 4) -> float:
     return time.perf_counter() - start
 
 
+def workload_tracer(provider: TracerProvider, n: int, rounds: int = 32) -> float:
+    """The same layers made by ``ProofTracer``, as a prover makes them: ``rounds``
+    ``sumcheck_round`` calls per layer (compact records, built into events by whichever
+    exporter reads them), one ``proof`` root per 100 layers."""
+    from otel_proofscope.instrumentation import ProofTracer
+
+    tracer = ProofTracer(provider)
+    poly = ((1, 2, 3, 4), (5, 6, 7, 8), (9, 10, 11, 12))
+    start = time.perf_counter()
+    done = 0
+    while done < n:
+        with tracer.proof(system="bench", backend="cpu", layers=100):
+            for i in range(min(100, n - done)):
+                with tracer.layer(index=i, kind="MatMul", rounds=rounds, trace_cost=4096,
+                                  claim_initial=(1, 2, 3, 4)):
+                    for r in range(rounds):
+                        tracer.sumcheck_round(r, poly, (r, 2, 3, 4))
+            done += min(100, n - done)
+    return time.perf_counter() - start
+
+
 def encoder_costs(n: int = 512, reps: int = 7) -> list[tuple[str, list[float], list[float]]]:
     """Median (and range) of reps µs/span of both encoders on a batch of n workload spans,
     for identical spans (the benchmark's) and for spans whose round values all differ."""
@@ -178,7 +201,8 @@ def encoder_costs(n: int = 512, reps: int = 7) -> list[tuple[str, list[float], l
 
 
 def run(label: str, processor_factory, n: int, receiver: Receiver | None,  # type: ignore[no-untyped-def]
-        ledger: DropLedger | None = None, rounds: int = 4) -> dict[str, object]:
+        ledger: DropLedger | None = None, rounds: int = 4,
+        tracer: bool = False) -> dict[str, object]:
     provider = TracerProvider()
     made = processor_factory()
     for processor in made if isinstance(made, list) else [made]:
@@ -188,7 +212,7 @@ def run(label: str, processor_factory, n: int, receiver: Receiver | None,  # typ
     rerun_before = DROPS.total(signal="spans", sink="rerun")
     # The export process reports its OTLP losses to the process-wide ledger too.
     otlp_before = DROPS.total(signal="spans", sink="otlp")
-    elapsed = workload(provider, n, rounds)
+    elapsed = (workload_tracer if tracer else workload)(provider, n, rounds)
     total = n + (n + 99) // 100  # the layers and their proof roots
     flush_start = time.perf_counter()
     provider.shutdown()
@@ -206,6 +230,11 @@ def run(label: str, processor_factory, n: int, receiver: Receiver | None,  # typ
             "rerun_lost": rerun_lost}
 
 
+def _metric(unit: str) -> str:
+    """The row field a burst's cost is read from: per span, or per round event."""
+    return "per_span_us" if unit == "span" else "per_round_us"
+
+
 def _mr(xs: list[float]) -> str:
     """Median (min–max): every figure shows its spread, never the best run alone."""
     return f"{statistics.median(xs):.1f} ({min(xs):.1f}–{max(xs):.1f})"
@@ -219,6 +248,9 @@ def main() -> int:
     parser.add_argument("--round-heavy", type=int, default=32, metavar="EVENTS",
                         help="also run a round-heavy burst: spans/4 layers with this many "
                              "round events each (0: skip)")
+    parser.add_argument("--tracer-rounds", type=int, default=32, metavar="ROUNDS",
+                        help="also run the round-heavy burst made by ProofTracer "
+                             "(sumcheck_round records, as a prover records them; 0: skip)")
     args = parser.parse_args()
     n = args.spans
     receiver = Receiver()
@@ -260,6 +292,8 @@ def main() -> int:
     bursts = [("span", n, 4)]
     if args.round_heavy > 0:
         bursts.append(("round", max(n // 4, 1), args.round_heavy))
+    if args.tracer_rounds > 0:  # "per round", made by ProofTracer
+        bursts.append(("tracer round", max(n // 4, 1), args.tracer_rounds))
     results: dict[tuple[str, str], list[dict[str, object]]] = {
         (unit, label): [] for unit, _, _ in bursts for label, _, _ in pipelines}
     for _ in range(args.rounds):
@@ -270,14 +304,16 @@ def main() -> int:
                 row = run(label, lambda f=factory, led=ledger: f(led), spans,
                           receiver if remote else None,
                           ledger if not label.startswith(("discard", "stock")) else None,
-                          rounds=rounds)
-                cost = float(row[f"per_{unit}_us"])  # type: ignore[arg-type]
+                          rounds=rounds, tracer=unit.startswith("tracer"))
+                cost = float(row[_metric(unit)])  # type: ignore[arg-type]
                 base = base or cost
                 row["ratio"] = cost / base
                 results[(unit, label)].append(row)
     receiver.close()
     for unit, spans, rounds in bursts:
-        print(f"\nburst of {spans} layer spans ({rounds} round events each) against a real "
+        made = " made by ProofTracer (sumcheck_round records)" if unit.startswith("tracer") \
+            else ""
+        print(f"\nburst of {spans} layer spans{made} ({rounds} round events each) against a real "
               f"OTLP gRPC receiver in another process on loopback; medians of {args.rounds} "
               f"interleaved rounds\n")
         print(f"| pipeline | prover-thread µs/{unit} (range) | vs discard (median of per-round "
@@ -298,7 +334,7 @@ def main() -> int:
                      f"(range {min(int(r['rerun_lost']) for r in rows)}–"  # type: ignore[call-overload]
                      f"{max(int(r['rerun_lost']) for r in rows)})"  # type: ignore[call-overload]
                      if "Rerun" in label else "—")
-            print(f"| {label} | {_mr([float(r[f'per_{unit}_us']) for r in rows])} | "  # type: ignore[arg-type]
+            print(f"| {label} | {_mr([float(r[_metric(unit)]) for r in rows])} | "  # type: ignore[arg-type]
                   f"{statistics.median(ratios):.2f}x ({min(ratios):.2f}–{max(ratios):.2f}) | "
                   f"{int(med('delivered'))} | {int(med('lost'))} | {counted} | {rerun} | "
                   f"{med('shutdown_s'):.2f} |")

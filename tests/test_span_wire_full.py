@@ -154,7 +154,7 @@ def test_a_malformed_round_record_refuses_its_span_only() -> None:
     bad = next(i for i, r in enumerate(records) if r[0] == "proof.layer")
     events = list(records[bad][10])
     events[0] = (("not", "a", "record"), None, None)
-    records[bad] = records[bad][:10] + (tuple(events),) + records[bad][11:]
+    records[bad] = (*records[bad][:10], tuple(events), *records[bad][11:])
     back = span_wire.unpack_spans(marshal.dumps((version, records, resources, scopes)))
     assert back.rejected_spans == 1 and len(back.spans) == len(spans) - 1
     assert "round record" in back.first_error
