@@ -361,3 +361,41 @@ def test_ending_a_layer_builds_no_event_on_the_prover_thread(tmp_path: Path) -> 
         telemetry.shutdown()
     assert built_here == 0
     assert len(built_on) >= 12  # the exporters did build them, on their own threads
+
+
+def test_the_export_process_route_builds_no_event_in_the_provers_process(
+        tmp_path: Path, monkeypatch: Any) -> None:
+    """With OTLP and the Rerun view in the export process, the prover's process only
+    packs: the round records cross unbuilt and the child builds their events (counting
+    a batch's events for the accounting built them all here before)."""
+    import socket
+
+    import otel_proofscope as ps
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed: the child's OTLP export fails, counted there
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{port}")
+    built: list[str] = []
+    real = DeferredEvents._event
+
+    def spy(self: DeferredEvents, record: tuple[Any, ...]) -> Any:
+        built.append(threading.current_thread().name)
+        return real(self, record)
+
+    telemetry = ps.configure(rerun=f"file:{tmp_path / 'r.rrd'}", export_process=True,
+                             shutdown_timeout_s=2.0, set_global=False)
+    try:
+        with mock.patch.object(DeferredEvents, "_event", spy):
+            tracer = telemetry.tracer
+            with tracer.proof(system="gkr", backend="cpu", layers=3):
+                for index in range(3):
+                    with tracer.layer(index=index, kind="MatMul", rounds=4):
+                        for r in range(4):
+                            tracer.sumcheck_round(r, poly=[(1, 2, 3, 4)], claim=(r, 0, 0, 0))
+            telemetry.force_flush(5)
+            assert built == []
+    finally:
+        report = telemetry.shutdown()
+    # The view got them: drawn by the child (or the loss is counted, never silent).
+    assert "rerun" in " ".join(report.lines())

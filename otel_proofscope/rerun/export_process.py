@@ -41,6 +41,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from otel_proofscope.ledger import DROPS, DropLedger
+from otel_proofscope.otlp.sdk_fields import event_count
 from otel_proofscope.pipeline.forking import after_fork_in_child
 from otel_proofscope.pipeline.privacy import WitnessFilter, strip_witness
 from otel_proofscope.rerun import process
@@ -167,7 +168,7 @@ class ExportProcessSpanExporter(RerunSpanExporterBase):
         if self._in_fork:
             return self._export_in_fork(spans)
         if self._closed and spans:
-            self.worker.lose(Counts(len(spans), sum(len(s.events) for s in spans)),
+            self.worker.lose(Counts(len(spans), sum(event_count(s) for s in spans)),
                              DropReason.SHUTDOWN)
             return SpanExportResult.SUCCESS  # counted: not again by the processor
         return super().export(spans)
@@ -199,7 +200,7 @@ class ExportProcessSpanExporter(RerunSpanExporterBase):
     def _export_in_fork(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         if not spans:
             return SpanExportResult.SUCCESS
-        counts = Counts(len(spans), sum(len(s.events) for s in spans))
+        counts = Counts(len(spans), sum(event_count(s) for s in spans))
         sinks = self.config.sinks
         if LEDGER_SINK in sinks:
             process._lose(DROPS, counts, DropReason.SINK_UNAVAILABLE, (LEDGER_SINK,))
@@ -217,7 +218,7 @@ class ExportProcessSpanExporter(RerunSpanExporterBase):
             if not self.config.export_witness:
                 out = [strip_witness(s) for s in spans]
                 self.worker.witness.withheld_events += \
-                    counts.span_events - sum(len(s.events) for s in out)
+                    counts.span_events - sum(event_count(s) for s in out)
             ok = exporter.export(out) == SpanExportResult.SUCCESS
         except Exception as exc:  # never raise into the SDK
             _log.warning("export process: OTLP export from a forked process failed: %r", exc)

@@ -29,6 +29,7 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from otel_proofscope import instrumentation
 from otel_proofscope.ledger import DROPS
+from otel_proofscope.otlp.sdk_fields import event_count
 from otel_proofscope.pipeline.deadline import parse_timeout, remaining
 from otel_proofscope.rerun import sink as sinks
 from otel_proofscope.rerun.sink import LEDGER_SINK, RerunSink, Target, parse_target
@@ -45,7 +46,7 @@ def _lose_spans(spans: Sequence[ReadableSpan], reason: DropReason) -> None:
     # Spans and their events, as every other sink counts them (the exit report's
     # delivered figures subtract both).
     DROPS.record("spans", LEDGER_SINK, reason, len(spans))
-    DROPS.record("span_events", LEDGER_SINK, reason, sum(len(s.events) for s in spans))
+    DROPS.record("span_events", LEDGER_SINK, reason, sum(event_count(s) for s in spans))
 
 
 def show_witness(explicit: bool | None) -> bool:

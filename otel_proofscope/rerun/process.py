@@ -45,6 +45,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 
 from otel_proofscope.ledger import DROPS, DropLedger
 from otel_proofscope.otlp.encode import encode_metrics_request
+from otel_proofscope.otlp.sdk_fields import event_count
 from otel_proofscope.pipeline.forking import after_fork_in_child
 from otel_proofscope.rerun.exporter import (
     RerunMetricExporterBase,
@@ -441,12 +442,12 @@ class WorkerBackend:
         self._warned_refused = False
 
     def send_spans(self, spans: Sequence[ReadableSpan], witness: bool) -> None:
-        counts = Counts(spans=len(spans), span_events=sum(len(s.events) for s in spans))
+        counts = Counts(spans=len(spans), span_events=sum(event_count(s) for s in spans))
         try:
             payload, refused = (pack_spans_full if self.worker.full_frames
                                 else pack_spans)(spans)
             if refused:
-                lost = Counts(spans=len(refused), span_events=sum(len(s.events) for s in refused))
+                lost = Counts(spans=len(refused), span_events=sum(event_count(s) for s in refused))
                 self.worker.lose(lost, DropReason.INVALID)
                 counts.sub(lost)
                 if not self._warned_refused:

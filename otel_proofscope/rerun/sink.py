@@ -42,6 +42,7 @@ from opentelemetry.sdk.metrics.export import MetricsData
 from opentelemetry.sdk.trace import ReadableSpan
 
 from otel_proofscope.ledger import DROPS, DropLedger
+from otel_proofscope.otlp.sdk_fields import event_count
 from otel_proofscope.pipeline.forking import after_fork_in_child
 from otel_proofscope.pipeline.processor import estimate_bytes
 from otel_proofscope.rerun import blueprint, exit_guard, span_guard
@@ -247,7 +248,7 @@ class RerunSink:
             return 0
         if self._forked:
             self._refuse_forked(_Item("spans", None, len(spans),
-                                      sum(len(s.events) for s in spans)))
+                                      sum(event_count(s) for s in spans)))
             return 0
         sizes = [estimate_bytes(s) for s in spans]  # outside the lock: the sender waits
         with self._cond:
@@ -258,7 +259,7 @@ class RerunSink:
                 if accepted > 0:
                     batch = list(spans[:accepted])
                     self._queue.append(_Item("spans", batch, accepted,
-                                             sum(len(s.events) for s in batch), witness,
+                                             sum(event_count(s) for s in batch), witness,
                                              size=size))
                     self._queued += accepted
                     self._queued_bytes += size
@@ -266,7 +267,7 @@ class RerunSink:
             closed = self._closed
         if accepted < len(spans):
             lost = spans[accepted:]
-            self._lose_spans(len(lost), sum(len(s.events) for s in lost),
+            self._lose_spans(len(lost), sum(event_count(s) for s in lost),
                              DropReason.SHUTDOWN if closed else DropReason.QUEUE_FULL)
         if accepted:
             self._start()

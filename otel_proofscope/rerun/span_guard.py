@@ -12,7 +12,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from otel_proofscope.otlp.sdk_fields import event_timestamps, events_fields, span_events
+from otel_proofscope.otlp.sdk_fields import event_count as _count_events
+from otel_proofscope.otlp.sdk_fields import (
+    event_timestamps,
+    events_fields,
+    span_events,
+)
 
 #: Largest timestamp Rerun's int64 nanosecond timelines can hold.
 MAX_TIME_NS = 2**63 - 1
@@ -61,6 +66,6 @@ def split(spans: Sequence[Any]) -> tuple[list[Any], list[Any], str | None]:
 
 def event_count(span: Any) -> int:
     try:
-        return len(span.events)
+        return _count_events(span)
     except Exception:
         return 0
