@@ -331,30 +331,40 @@ def test_concurrent_readers_and_a_writer_agree() -> None:
     assert deferred_module.DeferredEvents is DeferredEvents
 
 
+@contextmanager
+def _where_events_are_built() -> Iterator[list[str]]:
+    """The name of the thread each round event is built on, in this process."""
+    built: list[str] = []
+    real = DeferredEvents._event
+
+    def spy(self: DeferredEvents, record: tuple[Any, ...]) -> Any:
+        built.append(threading.current_thread().name)
+        return real(self, record)
+
+    with mock.patch.object(DeferredEvents, "_event", spy):
+        yield built
+
+
+def _prove_three_layers(tracer: ProofTracer) -> None:
+    with tracer.proof(system="gkr", backend="cpu", layers=3):
+        for index in range(3):
+            with tracer.layer(index=index, kind="MatMul", rounds=4):
+                for r in range(4):
+                    tracer.sumcheck_round(r, poly=[(1, 2, 3, 4)], claim=(r, 0, 0, 0))
+
+
 def test_ending_a_layer_builds_no_event_on_the_prover_thread(tmp_path: Path) -> None:
     """configure()'s processors size each span as it ends (the byte bound): reading
     ``span.events`` there built every round's Event on the prover thread, ~4 µs a round,
     which the records exist to move to the export threads."""
     import otel_proofscope as ps
 
-    built_on: list[str] = []
-    real = DeferredEvents._event
-
-    def spy(self: DeferredEvents, record: tuple[Any, ...]) -> Any:
-        built_on.append(threading.current_thread().name)
-        return real(self, record)
-
     telemetry = ps.configure(out_dir=str(tmp_path), rerun=f"file:{tmp_path / 'r.rrd'}",
                              shutdown_timeout_s=2.0, set_global=False)
     prover = threading.current_thread().name
     try:
-        with mock.patch.object(DeferredEvents, "_event", spy):
-            tracer = telemetry.tracer
-            with tracer.proof(system="gkr", backend="cpu", layers=1):
-                for index in range(3):
-                    with tracer.layer(index=index, kind="MatMul", rounds=4):
-                        for r in range(4):
-                            tracer.sumcheck_round(r, poly=[(1, 2, 3, 4)], claim=(r, 0, 0, 0))
+        with _where_events_are_built() as built_on:
+            _prove_three_layers(telemetry.tracer)
             built_here = built_on.count(prover)
             assert telemetry.force_flush(10)
     finally:
@@ -376,23 +386,11 @@ def test_the_export_process_route_builds_no_event_in_the_provers_process(
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # closed: the child's OTLP export fails, counted there
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{port}")
-    built: list[str] = []
-    real = DeferredEvents._event
-
-    def spy(self: DeferredEvents, record: tuple[Any, ...]) -> Any:
-        built.append(threading.current_thread().name)
-        return real(self, record)
-
     telemetry = ps.configure(rerun=f"file:{tmp_path / 'r.rrd'}", export_process=True,
                              shutdown_timeout_s=2.0, set_global=False)
     try:
-        with mock.patch.object(DeferredEvents, "_event", spy):
-            tracer = telemetry.tracer
-            with tracer.proof(system="gkr", backend="cpu", layers=3):
-                for index in range(3):
-                    with tracer.layer(index=index, kind="MatMul", rounds=4):
-                        for r in range(4):
-                            tracer.sumcheck_round(r, poly=[(1, 2, 3, 4)], claim=(r, 0, 0, 0))
+        with _where_events_are_built() as built:
+            _prove_three_layers(telemetry.tracer)
             telemetry.force_flush(5)
             assert built == []
     finally:
