@@ -304,8 +304,8 @@ def main(argv: Sequence[str] | None = None) -> None:
           f"{args.repeats} interleaved runs after one untimed run of each side\n")
     print("Same output on both sides (the walk and the trace view; the columnar sink "
           "draws both):\n")
-    print("| naive rr.log spans/s | columnar spans/s | speed-up (median, min–max of paired "
-          "runs) | Rerun calls: naive / columnar | export() µs/span "
+    print("| naive rr.log spans/s | columnar spans/s | speed-up: ratio of the medians "
+          "(min–max of paired runs) | Rerun calls: naive / columnar | export() µs/span "
           "| prover µs/span: no exporter / + Simple / + Bounded |")
     print("|---|---|---|---|---|---|")
     fair = sorted(a / b for a, b in zip(full_t, col_t, strict=True))

@@ -20,6 +20,7 @@ installed SDK first; like that module, this one reads the SDK's private fields.
 from __future__ import annotations
 
 import copy
+import functools
 import threading
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
@@ -36,14 +37,11 @@ from opentelemetry.sdk.util import BoundedList
 Build = Callable[[tuple[Any, ...]], tuple[str, Mapping[str, Any]]]
 
 
-_DEFAULT_LIMITS: list[SpanLimits] = []
-
-
+@functools.cache
 def _limits() -> SpanLimits:
-    # Built once: the constructor reads the environment (~7 µs); its values are replaced.
-    if not _DEFAULT_LIMITS:
-        _DEFAULT_LIMITS.append(SpanLimits())
-    return _DEFAULT_LIMITS[0]
+    # Built once: the constructor reads the environment (~7 µs); rebuilt() replaces the
+    # two values a list reads from it.
+    return SpanLimits()
 
 
 class DeferredEvents(BoundedList):  # type: ignore[type-arg]
@@ -93,7 +91,7 @@ class DeferredEvents(BoundedList):  # type: ignore[type-arg]
             self._pending += sum(1 for x in seq if type(x) is tuple)
 
     @classmethod
-    def rebuilt(cls, items: list[Any], dropped: int, build: Build, max_attrs: int | None,
+    def rebuilt(cls, items: list[Any], build: Build, max_attrs: int | None,
                 max_len: int | None) -> DeferredEvents:
         """A list holding ``items`` (records and events, as :meth:`items` gave them) that
         builds its records exactly as the original list would have: the same builder and
@@ -102,7 +100,6 @@ class DeferredEvents(BoundedList):  # type: ignore[type-arg]
         out._max_attrs, out._max_len = max_attrs, max_len  # the sender's, not this one's
         out._dq.extend(items)
         out._pending = sum(1 for x in items if type(x) is tuple)
-        out.dropped = dropped
         return out
 
     # ── readers ──────────────────────────────────────────────────────────────────────
@@ -116,10 +113,10 @@ class DeferredEvents(BoundedList):  # type: ignore[type-arg]
         """(max attributes per event, max attribute length) the records are built with."""
         return self._max_attrs, self._max_len
 
-    def items(self) -> tuple[list[Any], int]:
-        """Every item as it is now, records unbuilt, and how many are records."""
+    def items(self) -> list[Any]:
+        """Every item as it is now, records unbuilt."""
         with self._lock:
-            return list(self._dq), self._pending
+            return list(self._dq)
 
     def events(self) -> list[Any]:
         """Every item as an ``Event``, oldest first (records built on the first read)."""

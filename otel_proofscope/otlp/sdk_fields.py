@@ -22,6 +22,7 @@ caller uses ``add_event``.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -77,7 +78,7 @@ def _private_span(span: Any, unbuilt: bool = False) -> SpanFields:
         events = events._dq  # type: ignore[attr-defined]
     elif type(events) is DeferredEvents:
         dropped_events = events.dropped
-        events = events.items()[0] if unbuilt else events.events()
+        events = events.items() if unbuilt else events.events()
     else:
         dropped_events = 0
     if type(links) is BoundedList:
@@ -191,12 +192,23 @@ def event_count(span: Any) -> int:
     return len(getattr(span, "events", None) or ())
 
 
-def event_names(events: Any) -> list[Any]:
-    """The name of every event of a span, as :func:`events_fields` reads it."""
+def _event_column(events: Any, private: str, index: int) -> list[Any]:
+    """One field of every event of a span, as :func:`events_fields` reads it (``private``
+    the SDK ``Event``'s own attribute, ``index`` the field's place in EventFields)."""
     if FIELDS_OK:
-        event_type = Event
-        return [e._name if type(e) is event_type else event_fields(e)[0] for e in events]
-    return [_public_event(e)[0] for e in events]
+        get, event_type = operator.attrgetter(private), Event
+        return [get(e) if type(e) is event_type else event_fields(e)[index] for e in events]
+    return [_public_event(e)[index] for e in events]
+
+
+def event_names(events: Any) -> list[Any]:
+    """The name of every event of a span."""
+    return _event_column(events, "_name", 0)
+
+
+def event_timestamps(events: Any) -> list[Any]:
+    """The timestamp of every event of a span."""
+    return _event_column(events, "_timestamp", 1)
 
 
 def event_fields(event: Any) -> EventFields:
@@ -217,15 +229,6 @@ def events_fields(events: Any) -> list[EventFields]:
                 if type(e) is event_type and type(e._attributes) is bounded else other(e)
                 for e in events]
     return [_public_event(e) for e in events]
-
-
-def event_timestamps(events: Any) -> list[Any]:
-    """The timestamp of every event of a span, as :func:`events_fields` reads it."""
-    if FIELDS_OK:
-        event_type = Event
-        return [e._timestamp if type(e) is event_type else event_fields(e)[1]
-                for e in events]
-    return [_public_event(e)[1] for e in events]
 
 
 def plain_attributes(attrs: Mapping[str, Any] | None) -> Mapping[str, Any]:

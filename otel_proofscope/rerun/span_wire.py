@@ -229,9 +229,10 @@ def _record_full(s: ReadableSpan, res_i: int, scope_i: int, service: str) -> tup
     # Round records nobody has built yet travel as records: the child builds their
     # events (~9 µs a round here, against ~1 µs to pack the record).
     deferred = unbuilt_events(s)
-    unbuilt = deferred is not None and deferred.builder is _round_event
+    if deferred is not None and deferred.builder is not _round_event:
+        deferred = None  # records of another builder: the receiver could not build them
     (ctx, parent, name, kind, start, end, status, attrs, dropped_attrs, events,
-     dropped_events, links, dropped_links) = span_fields(s, unbuilt=unbuilt)
+     dropped_events, links, dropped_links) = span_fields(s, unbuilt=deferred is not None)
     state = ctx.trace_state if ctx is not None else None
     return (name, ctx.trace_id if ctx is not None else 0,
             ctx.span_id if ctx is not None else 0,
@@ -239,8 +240,8 @@ def _record_full(s: ReadableSpan, res_i: int, scope_i: int, service: str) -> tup
             _KIND_VALUE[kind], start or 0, end or 0,
             _CODE_VALUE[status.status_code], status.description,
             attrs if type(attrs) is dict else _plain(attrs),
-            _round_entries(events, deferred.limits) if unbuilt and deferred is not None
-            else _event_entries(events),
+            _event_entries(events) if deferred is None
+            else _round_entries(events, deferred.limits),
             service, parent is not None and parent.is_remote,
             res_i, scope_i, int(ctx.trace_flags) if ctx is not None else 1,
             _state(state) if state else (),
@@ -503,7 +504,7 @@ def _events_full(entries: tuple[Any, ...]) -> list[Any]:
             items.append(_event_full(e))
     assert limits is not None
     try:
-        return DeferredEvents.rebuilt(items, 0, _round_event, *limits).events()
+        return DeferredEvents.rebuilt(items, _round_event, *limits).events()
     except Exception as exc:  # whatever bytes arrive: this record is refused, not the frame
         raise ValueError(f"a round record cannot be built: {exc!r}") from None
 

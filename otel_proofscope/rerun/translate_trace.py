@@ -329,7 +329,7 @@ def _waiting(rec: Rec) -> Rec:
 
 
 _NO_ATTRS: Mapping[str, Any] = {}
-_LOG_EVENT = str(EventName.LOG)
+_LOG_EVENT = EventName.LOG
 
 
 @dataclass
