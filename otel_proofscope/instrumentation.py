@@ -378,7 +378,7 @@ class ProofTracer:
                 state = _LayerState(span, _current_proof.get(), index, kind, rounds, start,
                                     recording=recording)
                 if recording:
-                    state.rounds = deferred_events(span, _round_event)
+                    state.rounds = deferred_events(span, _round_event, _ROUND_EVENT)
                 token = _current_layer.set(state)
                 if recording:
                     with _active_lock:

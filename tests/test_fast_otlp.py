@@ -182,6 +182,34 @@ def test_cache_never_mixes_equal_values_of_different_types() -> None:
             _assert_same([span])
 
 
+def test_a_key_whose_values_never_repeat_stops_being_cached() -> None:
+    """A round's claims fill the attribute cache with values never seen again: the key
+    that filled a full cache is no longer cached, the others still are, and the bytes
+    stay the official encoder's throughout."""
+    from otel_proofscope.otlp import encode
+
+    memory = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    tracer = provider.get_tracer("t")
+    unique = "test.unique.claim"
+    encode._UNCACHED_KEYS.discard(unique)
+    for batch in range(3):
+        for layer in range(encode._KV_CACHE_MAX // 200):  # 100 events a span (limit 128)
+            with tracer.start_as_current_span("layer") as span:
+                for i in range(100):
+                    claim = str(10**18 + (batch * 1000 + layer) * 1000 + i)
+                    span.add_event("round", {unique: claim, "test.kind": "MatMul",
+                                             "test.index": i % 7})
+        spans = memory.get_finished_spans()
+        memory.clear()
+        assert encode_export_request(spans) == encode_spans(spans).SerializeToString()
+    assert unique in encode._UNCACHED_KEYS
+    assert "test.kind" not in encode._UNCACHED_KEYS
+    assert ("test.kind", "MatMul", str) in encode._KV_CACHE
+    assert not any(key[0] == unique for key in encode._KV_CACHE)
+
+
 def test_special_floats_and_unencodable_ints() -> None:
     exporter = InMemorySpanExporter()
     provider = TracerProvider()

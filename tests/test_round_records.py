@@ -148,6 +148,11 @@ def test_records_read_back_exactly_as_add_event(ops: list[tuple[str, tuple[Any, 
     new, new_drops, new_rejections, installed = _run(ops, limits, cap, deferred=True)
     old, old_drops, old_rejections, plain = _run(ops, limits, cap, deferred=False)
     assert installed and not plain
+    # Read before anything builds the events: the encoder and the witness filter read
+    # the records themselves.
+    from_records = encode_spans_request([new[0]])
+    names = sdk_fields.span_event_names(new[0])
+    assert names == [e.name for e in old[0].events]
     assert [s.name for s in new] == [s.name for s in old] == [SpanName.LAYER, SpanName.PROOF]
     for a, b in zip(new, old, strict=True):
         assert _events(a) == _events(b)
@@ -161,7 +166,7 @@ def test_records_read_back_exactly_as_add_event(ops: list[tuple[str, tuple[Any, 
     layer_old._start_time = layer_new._start_time  # type: ignore[attr-defined]
     assert _wire([layer_new]) == _wire([layer_old])
     assert encode_spans_request([layer_new]) == encode_spans_request([layer_old])
-    assert encode_spans_request([layer_new]) == _wire([layer_new])
+    assert encode_spans_request([layer_new]) == _wire([layer_new]) == from_records
 
 
 def test_an_int_too_long_to_print_is_rejected_at_the_call() -> None:
@@ -397,3 +402,27 @@ def test_the_export_process_route_builds_no_event_in_the_provers_process(
         report = telemetry.shutdown()
     # The view got them: drawn by the child (or the loss is counted, never silent).
     assert "rerun" in " ".join(report.lines())
+
+
+def test_the_otlp_route_encodes_rounds_without_building_them(
+        tmp_path: Path, monkeypatch: Any) -> None:
+    """The witness filter reads the records' names and the OTLP encoder their fields:
+    an ``Event`` per round cost the export thread, which shares the GIL with the prover,
+    ~2 µs a round for nothing."""
+    import socket
+
+    import otel_proofscope as ps
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed: the export fails after encoding, counted
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{port}")
+    telemetry = ps.configure(rerun="off", export_process=False, shutdown_timeout_s=1.0,
+                             set_global=False)
+    with _where_events_are_built() as built:
+        try:
+            _prove_three_layers(telemetry.tracer)
+        finally:
+            report = telemetry.shutdown()
+    assert built == []
+    assert "otlp" in " ".join(report.lines())

@@ -47,7 +47,8 @@ def _limits() -> SpanLimits:
 class DeferredEvents(BoundedList):  # type: ignore[type-arg]
     """A ``BoundedList`` of span events some of which are still records (tuples)."""
 
-    def __init__(self, maxlen: int | None, limits: SpanLimits, build: Build) -> None:
+    def __init__(self, maxlen: int | None, limits: SpanLimits, build: Build,
+                 record_name: str | None = None) -> None:
         super().__init__(maxlen)
         # The base's own fields, declared again for the type checker (the SDK's are
         # untyped); fresh objects, as nothing has used the base's yet.
@@ -55,6 +56,9 @@ class DeferredEvents(BoundedList):  # type: ignore[type-arg]
         self._lock = threading.Lock()
         self._maxlen = maxlen
         self._build = build
+        # The name ``build`` gives every record, when the caller knows it: names are then
+        # read (the witness filter reads every span's) without building anything.
+        self._record_name = record_name
         self._max_attrs: int | None = limits.max_event_attributes
         self._max_len: int | None = limits.max_attribute_length
         self._pending = 0   # records not yet turned into events
@@ -92,11 +96,11 @@ class DeferredEvents(BoundedList):  # type: ignore[type-arg]
 
     @classmethod
     def rebuilt(cls, items: list[Any], build: Build, max_attrs: int | None,
-                max_len: int | None) -> DeferredEvents:
+                max_len: int | None, record_name: str | None = None) -> DeferredEvents:
         """A list holding ``items`` (records and events, as :meth:`items` gave them) that
         builds its records exactly as the original list would have: the same builder and
         the same limits. How another process receives a span's rounds unbuilt."""
-        out = cls(None, _limits(), build)
+        out = cls(None, _limits(), build, record_name)
         out._max_attrs, out._max_len = max_attrs, max_len  # the sender's, not this one's
         out._dq.extend(items)
         out._pending = sum(1 for x in items if type(x) is tuple)
@@ -136,6 +140,45 @@ class DeferredEvents(BoundedList):  # type: ignore[type-arg]
                 self._dq = deque(built, maxlen=self._maxlen)
                 self._pending = 0
         return built
+
+    def fields(self) -> list[tuple[str, Any, Mapping[str, Any], int]]:
+        """``(name, timestamp, attributes, dropped attributes)`` of every item, oldest
+        first, without building an ``Event`` for a record (nor keeping what is built):
+        the OTLP encoder needs only these, and half of a record's cost is the ``Event``.
+        The fields are exactly those of the event :meth:`events` would build."""
+        items = self.items()
+        build = self._build
+        max_attrs = self._max_attrs
+        as_built = self._max_len is None  # else every record is truncated as the SDK does
+        out: list[tuple[str, Any, Mapping[str, Any], int]] = []
+        append = out.append
+        for x in items:
+            if type(x) is tuple:
+                if as_built:
+                    name, values = build(x)
+                    if max_attrs is None or len(values) <= max_attrs:
+                        append((name, x[0], values, 0))
+                        continue
+                x = self._event(x)  # a limit bites: the SDK's own constructor
+            attrs = x._attributes if type(x) is Event else None
+            if type(attrs) is BoundedAttributes:
+                append((x._name, x._timestamp, attrs._dict, attrs.dropped))
+            else:  # not the SDK's own event: its public fields
+                append((x.name, x.timestamp, x.attributes, x.dropped_attributes))
+        return out
+
+    def names(self) -> list[str]:
+        """The name of every item, oldest first, records unbuilt when they all share a
+        name known in advance (``record_name``)."""
+        with self._lock:
+            items = list(self._dq)
+            pending = self._pending
+        record_name = self._record_name
+        if not pending:
+            return [x.name for x in items]
+        if record_name is None:
+            return [x.name for x in self.events()]
+        return [record_name if type(x) is tuple else x.name for x in items]
 
     def _event(self, record: tuple[Any, ...]) -> Event:
         name, values = self._build(record)

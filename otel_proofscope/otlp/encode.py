@@ -16,7 +16,6 @@ span fields come from :mod:`otel_proofscope.otlp.sdk_fields`.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import struct
 from collections.abc import Mapping, Sequence
@@ -147,6 +146,8 @@ def _kv_miss(key: Any, value: Any) -> bytes | None:
             vb = value.encode("utf-8")
             n = len(vb)
             any_value = b"\x0a" + (_VT[n] if n < _VARINT_TABLE_SIZE else _varint_slow(n)) + vb
+        elif vt is tuple and _all_str(value):  # a round's polynomial, a list of names
+            any_value = b"\x2a" + _ld(_str_array_body(value))
         else:
             any_value = _any_value(value)
         n = len(any_value)
@@ -160,7 +161,7 @@ def _kv_miss(key: Any, value: Any) -> bytes | None:
     if vt is tuple:
         if len(value) > 64 or len(encoded) > 4 * _CACHEABLE_STR_LEN:
             return encoded
-        if all(type(v) is str for v in value):
+        if _all_str(value):
             cache: dict[Any, bytes] = _KV_CACHE
             ckey: Any = (key, value, tuple)
         elif all(type(v) is int for v in value):
@@ -172,10 +173,57 @@ def _kv_miss(key: Any, value: Any) -> bytes | None:
     else:
         cache, ckey = _KV_CACHE, (key, value, vt)
     if len(cache) >= _KV_CACHE_MAX:
-        cache.clear()
-    with contextlib.suppress(TypeError):  # unhashable (holds a mapping): not cached
+        _evict(cache)
+    if key in _UNCACHED_KEYS:
+        return encoded
+    # Not contextlib.suppress: entering it cost more than the insertion (every miss).
+    try:  # noqa: SIM105
         cache[ckey] = encoded
+    except TypeError:  # unhashable (holds a mapping): not cached
+        pass
     return encoded
+
+
+# Keys whose values hardly repeat (a round's claim, challenge, polynomial): caching them
+# costs an insertion per value and, every few thousand rounds, the whole cache, so the
+# key that filled most of a full cache is not cached any more.
+_UNCACHED_KEYS: set[str] = set()
+_UNCACHED_KEYS_MAX = 256
+
+
+def _evict(cache: dict[Any, bytes]) -> None:
+    """Empty a full cache, and stop caching the values of a key that held more than a
+    quarter of it."""
+    counts: dict[Any, int] = {}
+    for ckey in cache:
+        counts[ckey[0]] = counts.get(ckey[0], 0) + 1
+    for key, held in counts.items():
+        if held > len(cache) // 4 and len(_UNCACHED_KEYS) < _UNCACHED_KEYS_MAX:
+            _UNCACHED_KEYS.add(key)
+    cache.clear()
+
+
+def _all_str(values: tuple[Any, ...]) -> bool:
+    # A loop, not all() over a generator: a third of the cost on a round's 3-tuple.
+    for v in values:  # noqa: SIM110
+        if type(v) is not str:
+            return False
+    return True
+
+
+def _str_array_body(values: tuple[str, ...]) -> bytes:
+    """``ArrayValue`` body of strings: each an ``AnyValue`` holding ``string_value``,
+    what ``_any_value`` writes for them, without its type dispatch per element."""
+    parts: list[bytes] = []
+    append = parts.append
+    for v in values:
+        vb = v.encode("utf-8")
+        n = len(vb)
+        if n < 126:  # both lengths are one byte
+            append(b"\x0a" + _VT[n + 2] + b"\x0a" + _VT[n] + vb)
+        else:
+            append(b"\x0a" + _ld(b"\x0a" + _ld(vb)))
+    return b"".join(parts)
 
 
 def _kvs_slow(attributes: Mapping[str, Any]) -> list[bytes]:
@@ -287,7 +335,7 @@ def _link_field(link: Any) -> bytes:
 def _encode_span(span: ReadableSpan) -> bytes:
     """One ``Span`` message body (without tag and length)."""
     (ctx, parent, name, kind, start, end, status, attrs, dropped_attrs, events,
-     dropped_events, links, dropped_links) = span_fields(span)
+     dropped_events, links, dropped_links) = span_fields(span, deferred=True)
 
     parts = [b"\x0a\x10" + ctx.trace_id.to_bytes(16, "big") + b"\x12\x08"
              + ctx.span_id.to_bytes(8, "big")]

@@ -64,7 +64,7 @@ def _sdk_span_storage(cls: type) -> bool:
     return plain
 
 
-def _private_span(span: Any, unbuilt: bool = False) -> SpanFields:
+def _private_span(span: Any, unbuilt: bool = False, deferred: bool = False) -> SpanFields:
     attrs: Any = span._attributes
     events: Any = span._events
     links: Any = span._links
@@ -78,7 +78,8 @@ def _private_span(span: Any, unbuilt: bool = False) -> SpanFields:
         events = events._dq  # type: ignore[attr-defined]
     elif type(events) is DeferredEvents:
         dropped_events = events.dropped
-        events = events.items() if unbuilt else events.events()
+        if not deferred:
+            events = events.items() if unbuilt else events.events()
     else:
         dropped_events = 0
     if type(links) is BoundedList:
@@ -139,12 +140,14 @@ def _probe() -> bool:
         return False
 
 
-def span_fields(span: ReadableSpan, *, unbuilt: bool = False) -> SpanFields:
+def span_fields(span: ReadableSpan, *, unbuilt: bool = False,
+                deferred: bool = False) -> SpanFields:
     """Every field the OTLP encoder and the Rerun frames read, in one call. With
-    ``unbuilt``, a deferred event list is given as it is: its round records unbuilt
-    (tuples) among the events (see :func:`unbuilt_events`)."""
+    ``unbuilt``, a deferred event list is given as its items: its round records unbuilt
+    (tuples) among the events (see :func:`unbuilt_events`). With ``deferred``, as the
+    list itself, for :func:`events_fields` to read without building an ``Event``."""
     if FIELDS_OK and _sdk_span_storage(type(span)):
-        return _private_span(span, unbuilt)
+        return _private_span(span, unbuilt, deferred)
     return _public_span(span)
 
 
@@ -179,6 +182,15 @@ def span_events(span: Any) -> Sequence[Any]:
         if type(events) is DeferredEvents:
             return events.events()
     return getattr(span, "events", None) or ()
+
+
+def span_event_names(span: Any) -> list[Any]:
+    """The name of every event of a span, round records read without being built."""
+    if FIELDS_OK and _sdk_span_storage(type(span)):
+        events = span._events
+        if type(events) is DeferredEvents:
+            return events.names()
+    return event_names(span_events(span))
 
 
 def event_count(span: Any) -> int:
@@ -220,7 +232,10 @@ def event_fields(event: Any) -> EventFields:
 
 def events_fields(events: Any) -> list[EventFields]:
     """:func:`event_fields` of every event of a span, in one call (a prover span carries
-    many events, and a call per event adds up)."""
+    many events, and a call per event adds up). A deferred event list (``span_fields(...,
+    deferred=True)``) gives its records' fields without building their events."""
+    if type(events) is DeferredEvents:
+        return events.fields()
     if FIELDS_OK:
         # The common case (an SDK Event with BoundedAttributes) is read inline: a
         # function call per event would cost as much as the reads themselves.
@@ -258,12 +273,13 @@ def bounded_attributes(values: Mapping[str, Any], dropped: int) -> BoundedAttrib
     return attrs
 
 
-def _install(span: Any, build: Build) -> DeferredEvents | None:
+def _install(span: Any, build: Build, record_name: str | None) -> DeferredEvents | None:
     with span._lock:
         old = span._events
         if type(old) is not BoundedList or span._end_time is not None:
             return None
-        events = DeferredEvents(old._dq.maxlen, span._limits, build)  # type: ignore[attr-defined]
+        events = DeferredEvents(old._dq.maxlen, span._limits, build,  # type: ignore[attr-defined]
+                                record_name)
         events._dq.extend(old._dq)  # type: ignore[attr-defined]
         events.dropped = old.dropped
         span._events = events
@@ -288,15 +304,17 @@ def _deferrable_span_type(cls: type) -> bool:
     return ok
 
 
-def deferred_events(span: Any, build: Build) -> DeferredEvents | None:
+def deferred_events(span: Any, build: Build,
+                    record_name: str | None = None) -> DeferredEvents | None:
     """Give a live SDK span an event list that takes records (see
     :mod:`~otel_proofscope.otlp.deferred_events`), or ``None`` where it cannot: a
     span class that changes how events are added or read, an ended span, an event list
-    already replaced, or an SDK that failed the probe. ``None`` means: call ``span.add_event``."""
+    already replaced, or an SDK that failed the probe. ``None`` means: call ``span.add_event``.
+    ``record_name``: the name ``build`` gives every record, when it is always the same."""
     if not DEFERRED_OK or not _deferrable_span_type(type(span)):
         return None
     try:
-        return _install(span, build)
+        return _install(span, build, record_name)
     except Exception:  # pragma: no cover - probed at import
         return None
 

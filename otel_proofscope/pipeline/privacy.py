@@ -17,17 +17,18 @@ from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.sdk.util import BoundedList
 
-from otel_proofscope.otlp.sdk_fields import event_count, event_names, span_events
+from otel_proofscope.otlp.sdk_fields import event_count, span_event_names, span_events
 from otel_proofscope.semconv import WITNESS_EVENTS
 
 
 def strip_witness(span: ReadableSpan) -> ReadableSpan:
     """The span without witness events (the same object when it has none)."""
     # Every span of the OTLP route passes here, on an export thread that shares the GIL
-    # with the prover: the names are read without copying the events, and tested at once.
-    events = span_events(span)
-    if not events or WITNESS_EVENTS.isdisjoint(event_names(events)):
+    # with the prover: the names are read without copying the events (or building a
+    # round's), and tested at once.
+    if not event_count(span) or WITNESS_EVENTS.isdisjoint(span_event_names(span)):
         return span
+    events = span_events(span)
     # A BoundedList that carries the original drop count: the copy must still say how
     # many events the SDK's limit dropped (droppedEventsCount), and the attribute
     # container is passed as is for the same reason.
