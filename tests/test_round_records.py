@@ -15,6 +15,7 @@ from unittest import mock
 
 import numpy as np
 import opentelemetry.sdk.trace as sdk_trace
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
@@ -378,11 +379,15 @@ def test_ending_a_layer_builds_no_event_on_the_prover_thread(tmp_path: Path) -> 
     assert len(built_on) >= 12  # the exporters did build them, on their own threads
 
 
-def test_the_export_process_route_builds_no_event_in_the_provers_process(
-        tmp_path: Path, monkeypatch: Any) -> None:
+@pytest.mark.parametrize("route", [{"export_process": True},
+                                   {"export_process": False, "rerun_process": True}],
+                         ids=["export-process", "rerun-child"])
+def test_the_child_routes_build_no_event_in_the_provers_process(
+        tmp_path: Path, monkeypatch: Any, route: dict[str, bool]) -> None:
     """With OTLP and the Rerun view in the export process, the prover's process only
     packs: the round records cross unbuilt and the child builds their events (counting
-    a batch's events for the accounting built them all here before)."""
+    a batch's events for the accounting built them all here before). With the Rerun
+    view alone in a child, OTLP encodes the records here and they cross unbuilt too."""
     import socket
 
     import otel_proofscope as ps
@@ -391,8 +396,8 @@ def test_the_export_process_route_builds_no_event_in_the_provers_process(
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # closed: the child's OTLP export fails, counted there
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{port}")
-    telemetry = ps.configure(rerun=f"file:{tmp_path / 'r.rrd'}", export_process=True,
-                             shutdown_timeout_s=2.0, set_global=False)
+    telemetry = ps.configure(rerun=f"file:{tmp_path / 'r.rrd'}", shutdown_timeout_s=2.0,
+                             set_global=False, **route)
     try:
         with _where_events_are_built() as built:
             _prove_three_layers(telemetry.tracer)

@@ -148,6 +148,26 @@ def test_round_records_travel_unbuilt_and_build_the_same_bytes_in_the_child(
     assert [_view(s) for s in back.spans] == [_view(s) for s in spans]
 
 
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from([{}, {"max_events": 3}, {"max_event_attributes": 2},
+                        {"max_attribute_length": 5}]),
+       st.integers(min_value=1, max_value=6), st.booleans())
+def test_version_1_frames_carry_round_records_unbuilt_too(
+        limits: dict[str, int], rounds: int, user_events: bool) -> None:
+    """The Rerun-only child's frames: the records cross unbuilt and the child's spans
+    read exactly as the originals would."""
+    from otel_proofscope.otlp import sdk_fields
+
+    spans = _prover_spans(limits, rounds, user_events)
+    layers = [s for s in spans if s.name == "proof.layer"]
+    data, refused = span_wire.pack_spans(spans)
+    assert refused == []
+    assert all(sdk_fields.unbuilt_events(s) is not None for s in layers)
+    back = span_wire.unpack_spans(data)
+    assert (back.rejected_spans, back.first_error) == (0, "")
+    assert [_view(s) for s in back.spans] == [_view(s) for s in spans]
+
+
 def test_a_malformed_round_record_refuses_its_span_only() -> None:
     spans = _prover_spans({}, 2, False)
     version, records, resources, scopes = marshal.loads(span_wire.pack_spans_full(spans)[0])

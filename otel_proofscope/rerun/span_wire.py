@@ -10,7 +10,8 @@ can never construct objects or run code, whatever bytes arrive.
 A frame is ``marshal.dumps((VERSION, records))``; a record is the tuple
 ``(name, trace_id, span_id, parent_span_id, kind, start, end, status_code,
 status_description, attributes, events, service, parent_remote)`` with
-``parent_span_id`` 0 for a root, ``events`` a tuple of ``(name, timestamp, attributes)``,
+``parent_span_id`` 0 for a root, ``events`` a tuple of ``(name, timestamp, attributes)``
+(or, for a sumcheck round nobody has built yet, the round entry described below),
 ``service`` the resource's ``service.name`` ("" when it has none; the trace view keeps
 services apart by it) and ``parent_remote`` whether the parent is in another process
 (the trace view waits less for such a parent).
@@ -134,17 +135,35 @@ def _record(s: ReadableSpan) -> tuple[Any, ...]:
 def _record_fast(s: ReadableSpan) -> tuple[Any, ...]:
     # The fields come from sdk_fields: the public properties copy the attributes (a
     # MappingProxy) and the events (a tuple) of every span, which doubles the cost on
-    # the exporter thread, where it competes with the prover for the GIL.
-    (ctx, parent, name, kind, start, end, status, attrs, _, events, _, _, _) = span_fields(s)
+    # the exporter thread, where it competes with the prover for the GIL. Round records
+    # nobody has built travel as records, as in version 2.
+    deferred = _our_rounds(s)
+    (ctx, parent, name, kind, start, end, status, attrs, _, events, _, _, _) = span_fields(
+        s, unbuilt=deferred is not None)
+    entries: tuple[Any, ...]
+    if deferred is None:
+        entries = tuple([(n, t, a if type(a) is dict else _plain(a))
+                         for n, t, a, _ in events_fields(events)])
+    else:
+        max_attrs, max_len = deferred.limits
+        entries = tuple([(x, max_attrs, max_len) if type(x) is tuple
+                         else (x.name, x.timestamp, _plain(x.attributes)) for x in events])
     return (name, ctx.trace_id if ctx is not None else 0,
             ctx.span_id if ctx is not None else 0,
             parent.span_id if parent is not None else 0,
             kind.value, start or 0, end or 0,
             status.status_code.value, status.description,
-            attrs if type(attrs) is dict else _plain(attrs),
-            tuple([(n, t, a if type(a) is dict else _plain(a))
-                   for n, t, a, _ in events_fields(events)]),
+            attrs if type(attrs) is dict else _plain(attrs), entries,
             _service(s.resource), parent is not None and parent.is_remote)
+
+
+def _our_rounds(s: ReadableSpan) -> DeferredEvents | None:
+    """The span's unbuilt round records when the receiver can build them (the
+    instrumentation's own builder), else None: send built events."""
+    deferred = unbuilt_events(s)
+    if deferred is not None and deferred.builder is not _round_event:
+        return None
+    return deferred
 
 
 def pack_spans(spans: Sequence[ReadableSpan]) -> tuple[bytes, list[ReadableSpan]]:
@@ -228,9 +247,7 @@ def _round_entries(items: list[Any], limits: tuple[int | None, int | None]) -> t
 def _record_full(s: ReadableSpan, res_i: int, scope_i: int, service: str) -> tuple[Any, ...]:
     # Round records nobody has built yet travel as records: the child builds their
     # events (~9 µs a round here, against ~1 µs to pack the record).
-    deferred = unbuilt_events(s)
-    if deferred is not None and deferred.builder is not _round_event:
-        deferred = None  # records of another builder: the receiver could not build them
+    deferred = _our_rounds(s)
     (ctx, parent, name, kind, start, end, status, attrs, dropped_attrs, events,
      dropped_events, links, dropped_links) = span_fields(s, unbuilt=deferred is not None)
     state = ctx.trace_state if ctx is not None else None
@@ -372,8 +389,8 @@ def _span(r: Any) -> ReadableSpan:
         status = Status(StatusCode(code), description)
     return ReadableSpan(
         name, SpanContext(trace_id, span_id, False, _SAMPLED), parent, _resource(service),
-        attributes, tuple(_event(e) for e in events), (), SpanKind(kind), None, status,
-        start, end)
+        attributes, tuple(_events_with_rounds(events, _event)), (), SpanKind(kind), None,
+        status, start, end)
 
 
 def _event(e: Any) -> Event:
@@ -474,7 +491,7 @@ def _span_full(r: Any, resources: list[Resource | None],
         status = _OK
     else:
         status = Status(StatusCode(code), description)
-    evs = _events_full(events)
+    evs = _events_with_rounds(events, _event_full)
     lks = [_link(lk) for lk in links]
     return ReadableSpan(
         name, SpanContext(trace_id, span_id, False, trace_flags, _trace_state(state)),
@@ -483,15 +500,20 @@ def _span_full(r: Any, resources: list[Resource | None],
         instrumentation_scope=scope)
 
 
-def _events_full(entries: tuple[Any, ...]) -> list[Any]:
-    """A record's events; round records (3-tuples) are built here, as the sender's
-    deferred list would have built them (its builder, its limits)."""
-    if not any(type(e) is tuple and len(e) == 3 for e in entries):
-        return [_event_full(e) for e in entries]
+def _is_round(entry: Any) -> bool:
+    """A round record's entry: ``(record, max attributes, max length)``."""
+    return type(entry) is tuple and len(entry) == 3 and type(entry[0]) is tuple
+
+
+def _events_with_rounds(entries: tuple[Any, ...], read_event: Any) -> list[Any]:
+    """A record's events (each read by ``read_event``); round records are built here,
+    as the sender's deferred list would have built them (its builder, its limits)."""
+    if not any(map(_is_round, entries)):
+        return [read_event(e) for e in entries]
     items: list[Any] = []
     limits: tuple[Any, Any] | None = None
     for e in entries:
-        if type(e) is tuple and len(e) == 3:
+        if _is_round(e):
             record, max_attrs, max_len = e
             if type(record) is not tuple or not record or type(record[0]) is not int \
                     or not all(v is None or type(v) is int for v in (max_attrs, max_len)):
@@ -501,7 +523,7 @@ def _events_full(entries: tuple[Any, ...]) -> list[Any]:
             limits = (max_attrs, max_len)
             items.append(record)
         else:
-            items.append(_event_full(e))
+            items.append(read_event(e))
     assert limits is not None
     try:
         return DeferredEvents.rebuilt(items, _round_event, *limits).events()
