@@ -35,6 +35,8 @@ from opentelemetry.sdk.util import BoundedList
 #: keeps unchanged (``str``, ``int``, ``bool``, ``float`` or a tuple of one of those):
 #: under permissive limits they go into the event as they are.
 Build = Callable[[tuple[Any, ...]], tuple[str, Mapping[str, Any]]]
+#: ``(name, timestamp, attributes, dropped attributes)`` of one event.
+EventFields = tuple[str, Any, Mapping[str, Any], int]
 
 
 @functools.cache
@@ -62,6 +64,9 @@ class DeferredEvents(BoundedList):  # type: ignore[type-arg]
         self._max_attrs: int | None = limits.max_event_attributes
         self._max_len: int | None = limits.max_attribute_length
         self._pending = 0   # records not yet turned into events
+        # fields() as last read, with the (length, drops) it was read at: the OTLP
+        # encoder and both Rerun translations read the same fields of one span.
+        self._fields: tuple[tuple[int, int], list[EventFields]] | None = None
 
     # ── writers ──────────────────────────────────────────────────────────────────────
 
@@ -141,16 +146,22 @@ class DeferredEvents(BoundedList):  # type: ignore[type-arg]
                 self._pending = 0
         return built
 
-    def fields(self) -> list[tuple[str, Any, Mapping[str, Any], int]]:
+    def fields(self) -> list[EventFields]:
         """``(name, timestamp, attributes, dropped attributes)`` of every item, oldest
-        first, without building an ``Event`` for a record (nor keeping what is built):
-        the OTLP encoder needs only these, and half of a record's cost is the ``Event``.
-        The fields are exactly those of the event :meth:`events` would build."""
-        items = self.items()
+        first, without building an ``Event`` for a record: the OTLP encoder and the Rerun
+        translations need only these, and half of a record's cost is the ``Event``. The
+        fields are exactly those of the event :meth:`events` would build; read once while
+        nothing is added (the caller must not change them)."""
+        with self._lock:
+            items = list(self._dq)
+            seen = (len(self._dq), self.dropped)
+            cached = self._fields
+        if cached is not None and cached[0] == seen:
+            return cached[1]
         build = self._build
         max_attrs = self._max_attrs
         as_built = self._max_len is None  # else every record is truncated as the SDK does
-        out: list[tuple[str, Any, Mapping[str, Any], int]] = []
+        out: list[EventFields] = []
         append = out.append
         for x in items:
             if type(x) is tuple:
@@ -165,6 +176,9 @@ class DeferredEvents(BoundedList):  # type: ignore[type-arg]
                 append((x._name, x._timestamp, attrs._dict, attrs.dropped))
             else:  # not the SDK's own event: its public fields
                 append((x.name, x.timestamp, x.attributes, x.dropped_attributes))
+        with self._lock:
+            if (len(self._dq), self.dropped) == seen:  # nothing came in: keep them
+                self._fields = (seen, out)
         return out
 
     def names(self) -> list[str]:
@@ -179,6 +193,10 @@ class DeferredEvents(BoundedList):  # type: ignore[type-arg]
         if record_name is None:
             return [x.name for x in self.events()]
         return [record_name if type(x) is tuple else x.name for x in items]
+
+    def timestamps(self) -> list[Any]:
+        """The timestamp of every item, oldest first, records unbuilt."""
+        return [x[0] if type(x) is tuple else x.timestamp for x in self.items()]
 
     def _event(self, record: tuple[Any, ...]) -> Event:
         name, values = self._build(record)

@@ -184,13 +184,15 @@ def span_events(span: Any) -> Sequence[Any]:
     return getattr(span, "events", None) or ()
 
 
-def span_event_names(span: Any) -> list[Any]:
-    """The name of every event of a span, round records read without being built."""
+def span_events_unread(span: Any) -> Sequence[Any]:
+    """A span's events as :func:`span_events` gives them, except that a deferred list is
+    given as it is, its round records unbuilt: read it with :func:`events_fields`, which
+    builds no ``Event`` for them (iterating it builds them, as any read does)."""
     if FIELDS_OK and _sdk_span_storage(type(span)):
         events = span._events
         if type(events) is DeferredEvents:
-            return events.names()
-    return event_names(span_events(span))
+            return events
+    return span_events(span)
 
 
 def event_count(span: Any) -> int:
@@ -214,12 +216,17 @@ def _event_column(events: Any, private: str, index: int) -> list[Any]:
 
 
 def event_names(events: Any) -> list[Any]:
-    """The name of every event of a span."""
+    """The name of every event of a span (a deferred list's records unbuilt where it
+    knows their name)."""
+    if type(events) is DeferredEvents:
+        return events.names()
     return _event_column(events, "_name", 0)
 
 
 def event_timestamps(events: Any) -> list[Any]:
-    """The timestamp of every event of a span."""
+    """The timestamp of every event of a span (a deferred list's records unbuilt)."""
+    if type(events) is DeferredEvents:
+        return events.timestamps()
     return _event_column(events, "_timestamp", 1)
 
 

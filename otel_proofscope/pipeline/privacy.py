@@ -17,7 +17,12 @@ from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.sdk.util import BoundedList
 
-from otel_proofscope.otlp.sdk_fields import event_count, span_event_names, span_events
+from otel_proofscope.otlp.sdk_fields import (
+    event_count,
+    event_names,
+    span_events,
+    span_events_unread,
+)
 from otel_proofscope.semconv import WITNESS_EVENTS
 
 
@@ -26,7 +31,8 @@ def strip_witness(span: ReadableSpan) -> ReadableSpan:
     # Every span of the OTLP route passes here, on an export thread that shares the GIL
     # with the prover: the names are read without copying the events (or building a
     # round's), and tested at once.
-    if not event_count(span) or WITNESS_EVENTS.isdisjoint(span_event_names(span)):
+    if not event_count(span) or WITNESS_EVENTS.isdisjoint(
+            event_names(span_events_unread(span))):
         return span
     events = span_events(span)
     # A BoundedList that carries the original drop count: the copy must still say how

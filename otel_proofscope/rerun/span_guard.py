@@ -16,7 +16,7 @@ from otel_proofscope.otlp.sdk_fields import event_count as _count_events
 from otel_proofscope.otlp.sdk_fields import (
     event_timestamps,
     events_fields,
-    span_events,
+    span_events_unread,
 )
 
 #: Largest timestamp Rerun's int64 nanosecond timelines can hold.
@@ -37,7 +37,7 @@ def problem(span: Any) -> str | None:
         # Every event's time at once (a prover span carries many events): the common
         # case, all ints in range, is settled by C-level passes; anything else is
         # looked at event by event, for the reason.
-        events = span_events(span)
+        events = span_events_unread(span)  # round records are read unbuilt
         times = event_timestamps(events)
         if times and not (set(map(type, times)) == _INT_ONLY
                           and min(times) >= 0 and max(times) <= MAX_TIME_NS):

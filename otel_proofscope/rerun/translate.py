@@ -53,6 +53,7 @@ from otel_proofscope.otlp.sdk_fields import (
     events_fields,
     span_attributes,
     span_events,
+    span_events_unread,
 )
 from otel_proofscope.rerun import layout
 from otel_proofscope.rerun.columns import Frame, Node
@@ -389,13 +390,16 @@ class SpanTranslator:
     def _span(self, span: ReadableSpan, model: ProofModel, frame: Frame, issues: Issues,
               witness: bool, rounds: _Rounds) -> bool:
         name = span.name
-        events: Sequence[Event] = span_events(span)
-        if is_layer(span):
+        layer = is_layer(span)
+        # A layer's events are read by its round loop (records unbuilt), which sets the
+        # others aside.
+        events: Sequence[Event] = () if layer else span_events(span)
+        if layer:
             rounds.others = []
             if not self._layer(span, model, frame, issues, witness, rounds):
                 return False
             area = "gkr"
-            events = rounds.others  # set aside by the round loop: one pass over the events
+            events = rounds.others
         elif name == SpanName.PROOF:
             self._proof(span, model, frame)
             area = "proof"
@@ -640,12 +644,12 @@ class SpanTranslator:
         round_key, claim_key, error_key = Attr.SUMCHECK_ROUND, Attr.CLAIM, Attr.ERROR_TYPE
         name = EventName.SUMCHECK_ROUND
         nan, m31 = math.nan, M31
-        others = acc.others
-        events = span_events(span)
-        # The hot loop of a batch: one pass, plain dicts, the fingerprint's fast path inline.
-        for ev, (ev_name, t, a, _) in zip(events, events_fields(events), strict=True):
+        other_at: list[int] = []
+        # The hot loop of a batch: one pass, plain dicts, the fingerprint's fast path
+        # inline; round records are read without building an Event each.
+        for i, (ev_name, t, a, _) in enumerate(events_fields(span_events_unread(span))):
             if ev_name != name:
-                others.append(ev)
+                other_at.append(i)
                 continue
             a = a or {}
             if type(t) is not int or t <= 0:
@@ -681,6 +685,9 @@ class SpanTranslator:
             c_app(fp)
             if rnd >= slots:
                 slots = rnd + 1
+        if other_at:  # a user's or a witness event among the rounds: read as events
+            events = span_events(span)
+            acc.others.extend([events[i] for i in other_at])
         n = len(acc.t) - first
         if not ordered:  # events of a foreign producer: sort the block by time
             block = sorted(zip(acc.t[first:], acc.rnd[first:], acc.claim[first:],

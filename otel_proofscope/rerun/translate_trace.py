@@ -55,7 +55,7 @@ import numpy as np
 import rerun as rr
 from opentelemetry.sdk.resources import SERVICE_NAME
 
-from otel_proofscope.otlp.sdk_fields import events_fields, span_attributes, span_events
+from otel_proofscope.otlp.sdk_fields import events_fields, span_attributes, span_events_unread
 from otel_proofscope.rerun.columns import PROOF_TIME, Frame
 from otel_proofscope.semconv import Attr, EventName
 
@@ -310,7 +310,7 @@ def read_span(span: Any) -> Rec | None:
     if type(attrs) is not dict:
         attrs = _mapping(attrs)
     name = str(getattr(span, "name", "") or "")
-    events = span_events(span)
+    events = span_events_unread(span)  # read by events_fields: round records stay unbuilt
     return Rec(trace_id, span_id, parent_id, name,
                service if isinstance(service, str) and service else "unknown_service",
                start, end, code == "ERROR", str(message), attrs, events, remote)
