@@ -59,8 +59,10 @@ from otel_proofscope.otlp.sdk_fields import (
     span_fields,
     unbuilt_events,
 )
+from otel_proofscope.semconv import EventName
 
 VERSION = 1
+_ROUND_NAME = EventName.SUMCHECK_ROUND  # the name round_event gives every record
 #: The full record: everything OTLP needs besides what the Rerun translation reads.
 VERSION_FULL = 2
 _RECORD_LEN = 13
@@ -389,8 +391,8 @@ def _span(r: Any) -> ReadableSpan:
         status = Status(StatusCode(code), description)
     return ReadableSpan(
         name, SpanContext(trace_id, span_id, False, _SAMPLED), parent, _resource(service),
-        attributes, tuple(_events_with_rounds(events, _event)), (), SpanKind(kind), None,
-        status, start, end)
+        attributes, _bounded(_events_with_rounds(events, _event), 0), (), SpanKind(kind),
+        None, status, start, end)
 
 
 def _event(e: Any) -> Event:
@@ -459,7 +461,9 @@ def _attrs(values: Any, dropped: Any) -> Any:
     return bounded_attributes(values, dropped) if dropped else values
 
 
-def _bounded(items: list[Any], dropped: Any) -> Any:
+def _bounded(items: list[Any] | DeferredEvents, dropped: Any) -> Any:
+    if type(items) is DeferredEvents:  # its drop count set where it was made
+        return items
     if not dropped:
         return tuple(items)
     out: BoundedList[Any] = BoundedList(None)
@@ -491,7 +495,7 @@ def _span_full(r: Any, resources: list[Resource | None],
         status = _OK
     else:
         status = Status(StatusCode(code), description)
-    evs = _events_with_rounds(events, _event_full)
+    evs = _events_with_rounds(events, _event_full, dropped_events)
     lks = [_link(lk) for lk in links]
     return ReadableSpan(
         name, SpanContext(trace_id, span_id, False, trace_flags, _trace_state(state)),
@@ -505,9 +509,12 @@ def _is_round(entry: Any) -> bool:
     return type(entry) is tuple and len(entry) == 3 and type(entry[0]) is tuple
 
 
-def _events_with_rounds(entries: tuple[Any, ...], read_event: Any) -> list[Any]:
-    """A record's events (each read by ``read_event``); round records are built here,
-    as the sender's deferred list would have built them (its builder, its limits)."""
+def _events_with_rounds(entries: tuple[Any, ...], read_event: Any,
+                        dropped: Any = 0) -> list[Any] | DeferredEvents:
+    """A record's events (each read by ``read_event``). With round records, a deferred
+    list like the sender's (its builder, its limits), whose fields are built here (a
+    record that cannot be built refuses its span only) and read by the OTLP encoder and
+    the Rerun translation alike; an ``Event`` is built only for a reader that needs one."""
     if not any(map(_is_round, entries)):
         return [read_event(e) for e in entries]
     items: list[Any] = []
@@ -526,7 +533,10 @@ def _events_with_rounds(entries: tuple[Any, ...], read_event: Any) -> list[Any]:
             items.append(read_event(e))
     assert limits is not None
     try:
-        return DeferredEvents.rebuilt(items, _round_event, *limits).events()
+        deferred = DeferredEvents.rebuilt(items, _round_event, *limits, _ROUND_NAME)
+        deferred.dropped = int(dropped)  # before the fields, which are read at a count
+        deferred.fields()
+        return deferred
     except Exception as exc:  # whatever bytes arrive: this record is refused, not the frame
         raise ValueError(f"a round record cannot be built: {exc!r}") from None
 
