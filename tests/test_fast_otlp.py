@@ -208,6 +208,12 @@ def test_a_key_whose_values_never_repeat_stops_being_cached() -> None:
     assert "test.kind" not in encode._UNCACHED_KEYS
     assert ("test.kind", "MatMul", str) in encode._KV_CACHE
     assert not any(key[0] == unique for key in encode._KV_CACHE)
+    # Set aside for a while only: its values are tried in the cache again later.
+    for _ in range(encode._RETRY_UNCACHED_AFTER):
+        encode._uncached_misses()
+    assert unique not in encode._UNCACHED_KEYS
+    assert encode_export_request(spans) == encode_spans(spans).SerializeToString()
+    assert any(key[0] == unique for key in encode._KV_CACHE)
 
 
 def test_special_floats_and_unencodable_ints() -> None:

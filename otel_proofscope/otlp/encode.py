@@ -175,6 +175,7 @@ def _kv_miss(key: Any, value: Any) -> bytes | None:
     if len(cache) >= _KV_CACHE_MAX:
         _evict(cache)
     if key in _UNCACHED_KEYS:
+        _uncached_misses()
         return encoded
     # Not contextlib.suppress: entering it cost more than the insertion (every miss).
     try:  # noqa: SIM105
@@ -186,9 +187,20 @@ def _kv_miss(key: Any, value: Any) -> bytes | None:
 
 # Keys whose values hardly repeat (a round's claim, challenge, polynomial): caching them
 # costs an insertion per value and, every few thousand rounds, the whole cache, so the
-# key that filled most of a full cache is not cached any more.
+# key that filled most of a full cache is not cached for a while. Every
+# _RETRY_UNCACHED_AFTER values of such keys, they are tried again (their values may
+# repeat now; if not, they fill the cache once more and are set aside again).
 _UNCACHED_KEYS: set[str] = set()
 _UNCACHED_KEYS_MAX = 256
+_RETRY_UNCACHED_AFTER = 8 * _KV_CACHE_MAX
+_uncached_seen = [0]
+
+
+def _uncached_misses() -> None:
+    _uncached_seen[0] += 1
+    if _uncached_seen[0] >= _RETRY_UNCACHED_AFTER:
+        _uncached_seen[0] = 0
+        _UNCACHED_KEYS.clear()
 
 
 def _evict(cache: dict[Any, bytes]) -> None:
