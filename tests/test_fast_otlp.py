@@ -182,10 +182,11 @@ def test_cache_never_mixes_equal_values_of_different_types() -> None:
             _assert_same([span])
 
 
-def test_a_key_whose_values_never_repeat_stops_being_cached() -> None:
+def test_a_key_whose_values_never_repeat_is_only_sampled_into_the_cache() -> None:
     """A round's claims fill the attribute cache with values never seen again: the key
-    that filled a full cache is no longer cached, the others still are, and the bytes
-    stay the official encoder's throughout."""
+    that filled a full cache is sampled from then on (one value in 16 cached), the
+    others are cached as before, a value of the sampled key that does repeat is cached
+    after a few sightings, and the bytes stay the official encoder's throughout."""
     from otel_proofscope.otlp import encode
 
     memory = InMemorySpanExporter()
@@ -193,7 +194,13 @@ def test_a_key_whose_values_never_repeat_stops_being_cached() -> None:
     provider.add_span_processor(SimpleSpanProcessor(memory))
     tracer = provider.get_tracer("t")
     unique = "test.unique.claim"
-    encode._UNCACHED_KEYS.discard(unique)
+    encode._SAMPLED_KEYS.discard(unique)
+
+    def check() -> None:
+        spans = memory.get_finished_spans()
+        memory.clear()
+        assert encode_export_request(spans) == encode_spans(spans).SerializeToString()
+
     for batch in range(3):
         for layer in range(encode._KV_CACHE_MAX // 200):  # 100 events a span (limit 128)
             with tracer.start_as_current_span("layer") as span:
@@ -201,19 +208,27 @@ def test_a_key_whose_values_never_repeat_stops_being_cached() -> None:
                     claim = str(10**18 + (batch * 1000 + layer) * 1000 + i)
                     span.add_event("round", {unique: claim, "test.kind": "MatMul",
                                              "test.index": i % 7})
-        spans = memory.get_finished_spans()
-        memory.clear()
-        assert encode_export_request(spans) == encode_spans(spans).SerializeToString()
-    assert unique in encode._UNCACHED_KEYS
-    assert "test.kind" not in encode._UNCACHED_KEYS
+        check()
+    assert unique in encode._SAMPLED_KEYS
+    assert "test.kind" not in encode._SAMPLED_KEYS
     assert ("test.kind", "MatMul", str) in encode._KV_CACHE
-    assert not any(key[0] == unique for key in encode._KV_CACHE)
-    # Set aside for a while only: its values are tried in the cache again later.
-    for _ in range(encode._RETRY_UNCACHED_AFTER):
-        encode._uncached_misses()
-    assert unique not in encode._UNCACHED_KEYS
-    assert encode_export_request(spans) == encode_spans(spans).SerializeToString()
-    assert any(key[0] == unique for key in encode._KV_CACHE)
+
+    def held() -> int:
+        return sum(1 for key in encode._KV_CACHE if key[0] == unique)
+
+    before = held()
+    for layer in range(40):  # 4,000 more values never seen: about 250 of them cached
+        with tracer.start_as_current_span("layer") as span:
+            for i in range(100):
+                span.add_event("round", {unique: str(10**19 + layer * 1000 + i)})
+    check()
+    assert 0 < held() - before <= 4000 // encode._SAMPLE_EVERY + 1
+    # A value of the sampled key that repeats is cached after at most 16 sightings.
+    with tracer.start_as_current_span("layer") as span:
+        for _ in range(encode._SAMPLE_EVERY):
+            span.add_event("round", {unique: "repeated"})
+    check()
+    assert (unique, "repeated", str) in encode._KV_CACHE
 
 
 def test_special_floats_and_unencodable_ints() -> None:

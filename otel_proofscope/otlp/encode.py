@@ -174,9 +174,10 @@ def _kv_miss(key: Any, value: Any) -> bytes | None:
         cache, ckey = _KV_CACHE, (key, value, vt)
     if len(cache) >= _KV_CACHE_MAX:
         _evict(cache)
-    if key in _UNCACHED_KEYS:
-        _uncached_misses()
-        return encoded
+    if key in _SAMPLED_KEYS:
+        _sampled_misses[0] += 1
+        if _sampled_misses[0] % _SAMPLE_EVERY:
+            return encoded
     # Not contextlib.suppress: entering it cost more than the insertion (every miss).
     try:  # noqa: SIM105
         cache[ckey] = encoded
@@ -185,33 +186,26 @@ def _kv_miss(key: Any, value: Any) -> bytes | None:
     return encoded
 
 
-# Keys whose values hardly repeat (a round's claim, challenge, polynomial): caching them
-# costs an insertion per value and, every few thousand rounds, the whole cache, so the
-# key that filled most of a full cache is not cached for a while. Every
-# _RETRY_UNCACHED_AFTER values of such keys, they are tried again (their values may
-# repeat now; if not, they fill the cache once more and are set aside again).
-_UNCACHED_KEYS: set[str] = set()
-_UNCACHED_KEYS_MAX = 256
-_RETRY_UNCACHED_AFTER = 8 * _KV_CACHE_MAX
-_uncached_seen = [0]
-
-
-def _uncached_misses() -> None:
-    _uncached_seen[0] += 1
-    if _uncached_seen[0] >= _RETRY_UNCACHED_AFTER:
-        _uncached_seen[0] = 0
-        _UNCACHED_KEYS.clear()
+# Keys whose values hardly repeat (a round's claim, challenge, polynomial): caching every
+# value costs an insertion each and, every few thousand rounds, the whole cache. The key
+# that filled most of a full cache is sampled from then on: one of its values in
+# _SAMPLE_EVERY is cached, so a value that does repeat is still cached after a few
+# sightings, and values that never repeat fill the cache that many times more slowly.
+_SAMPLED_KEYS: set[str] = set()
+_SAMPLED_KEYS_MAX = 256
+_SAMPLE_EVERY = 16
+_sampled_misses = [0]
 
 
 def _evict(cache: dict[Any, bytes]) -> None:
-    """Empty a full cache, and stop caching the values of a key that held more than a
+    """Empty a full cache, and sample the values of a key that held more than a
     quarter of it."""
     counts: dict[Any, int] = {}
     for ckey in cache:
         counts[ckey[0]] = counts.get(ckey[0], 0) + 1
     for key, held in counts.items():
-        if held > len(cache) // 4 and len(_UNCACHED_KEYS) < _UNCACHED_KEYS_MAX:
-            _UNCACHED_KEYS.add(key)
+        if held > len(cache) // 4 and len(_SAMPLED_KEYS) < _SAMPLED_KEYS_MAX:
+            _SAMPLED_KEYS.add(key)
     cache.clear()
 
 
