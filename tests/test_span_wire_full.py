@@ -126,10 +126,14 @@ def _prover_spans(limits: Any, rounds: int, user_events: bool) -> list[Any]:
     return list(keep.get_finished_spans())
 
 
+#: (span limits, rounds per layer, a user's own event among the rounds) for _prover_spans.
+_PROVER_SPAN_CASES = (st.sampled_from([{}, {"max_events": 3}, {"max_event_attributes": 2},
+                                       {"max_attribute_length": 5}]),
+                      st.integers(min_value=1, max_value=6), st.booleans())
+
+
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.sampled_from([{}, {"max_events": 3}, {"max_event_attributes": 2},
-                        {"max_attribute_length": 5}]),
-       st.integers(min_value=1, max_value=6), st.booleans())
+@given(*_PROVER_SPAN_CASES)
 def test_round_records_travel_unbuilt_and_build_the_same_bytes_in_the_child(
         limits: dict[str, int], rounds: int, user_events: bool) -> None:
     from otel_proofscope.otlp import deferred_events, sdk_fields
@@ -151,9 +155,7 @@ def test_round_records_travel_unbuilt_and_build_the_same_bytes_in_the_child(
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.sampled_from([{}, {"max_events": 3}, {"max_event_attributes": 2},
-                        {"max_attribute_length": 5}]),
-       st.integers(min_value=1, max_value=6), st.booleans())
+@given(*_PROVER_SPAN_CASES)
 def test_version_1_frames_carry_round_records_unbuilt_too(
         limits: dict[str, int], rounds: int, user_events: bool) -> None:
     """The Rerun-only child's frames: the records cross unbuilt and the child's spans
