@@ -7,10 +7,14 @@ interleaved over several rounds:
 
 * per-span cost on the prover thread: discarding exporter, stock SDK
   BatchSpanProcessor + OTLP, otel_proofscope's bounded pipeline + the official OTLP
-  exporter, the bounded pipeline + FastOTLPSpanExporter (direct wire encoder), and the
-  full pipeline (OTLP + Rerun) with the Rerun translation in a thread and in a child,
-  and with both sinks in one export process (each span packed once in the prover's
-  process; OTLP encoding and sending and the Rerun translation in the child);
+  exporter, the bounded pipeline + FastOTLPSpanExporter (direct wire encoder), the
+  OTLP/JSON-lines file with the upstream ``FileSpanExporter`` and with this project's
+  ``JsonLinesSpanExporter`` (the same file: ``configure()``'s default without an
+  endpoint; no receiver, so the delivery columns do not apply and losses are the
+  ledger's), and the full pipeline (OTLP + Rerun) with the Rerun translation in a
+  thread and in a child, and with both sinks in one export process (each span packed
+  once in the prover's process; OTLP encoding and sending and the Rerun translation in
+  the child);
 * the same per round event, on a round-heavy burst (N/4 layers of 32 rounds), once with
   the SDK's own ``add_event`` and once made by ``ProofTracer`` (compact round records,
   built into events by whichever exporter reads them: what a prover pays);
@@ -36,6 +40,7 @@ from typing import Any
 
 import grpc
 from opentelemetry import trace
+from opentelemetry.exporter.otlp.json.file import FileSpanExporter
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -43,6 +48,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, Spa
 
 from otel_proofscope.pipeline.drops import DROPS, DropLedger
 from otel_proofscope.pipeline.fast_otlp import FastOTLPSpanExporter, encode_export_request
+from otel_proofscope.pipeline.json_file import JsonLinesSpanExporter
 from otel_proofscope.pipeline.multi_sink import MultiSinkBatchSpanProcessor
 from otel_proofscope.pipeline.processor import BoundedBatchSpanProcessor
 from otel_proofscope.rerun.export_process import ExportConfig, ExportProcessSpanExporter
@@ -286,6 +292,15 @@ def main() -> int:
          lambda led: BoundedBatchSpanProcessor(
              FastOTLPSpanExporter(endpoint, protocol="grpc", insecure=True), sink="otlp",
              ledger=led), True),
+        ("upstream OTLP JSON-lines file (FileSpanExporter), bounded processor",
+         lambda led: BoundedBatchSpanProcessor(
+             FileSpanExporter(f"{tempfile.mkdtemp()}/traces.jsonl"), sink="file",
+             ledger=led), False),
+        ("otel_proofscope OTLP JSON-lines file (configure()'s default without an OTLP "
+         "endpoint), bounded processor",
+         lambda led: BoundedBatchSpanProcessor(
+             JsonLinesSpanExporter(f"{tempfile.mkdtemp()}/traces.jsonl"), sink="file",
+             ledger=led), False),
         ("full pipeline: fast OTLP gRPC + Rerun .rrd file, each behind its own bounded queue",
          lambda led: [BoundedBatchSpanProcessor(
              FastOTLPSpanExporter(endpoint, protocol="grpc", insecure=True), sink="otlp",

@@ -84,9 +84,10 @@ def otlp_metric_exporter(bound_s: float) -> MetricExporter:
 
 
 def file_span_exporter(directory: Path) -> SpanExporter:
-    from opentelemetry.exporter.otlp.json.file import FileSpanExporter
+    # The upstream FileSpanExporter's file, line for line, with a ~10x cheaper encoder.
+    from otel_proofscope.pipeline.json_file import JsonLinesSpanExporter
 
-    return FileSpanExporter(directory / "traces.jsonl")  # type: ignore[no-any-return]
+    return JsonLinesSpanExporter(directory / "traces.jsonl")
 
 
 def file_metric_exporter(directory: Path) -> MetricExporter:
