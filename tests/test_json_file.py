@@ -13,16 +13,21 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from opentelemetry.exporter.otlp.json.common.trace_encoder import encode_spans
 from opentelemetry.exporter.otlp.json.file import FileSpanExporter
-from opentelemetry.sdk.trace import ReadableSpan, SpanLimits, TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from otel_proofscope.instrumentation import ProofTracer
 from otel_proofscope.otlp import sdk_fields
 from otel_proofscope.otlp.encode_json import encode_json_line
 from otel_proofscope.pipeline.json_file import JsonLinesSpanExporter
 from tests.test_fast_otlp import _make_spans, _span_plan
 from tests.test_round_records import _where_events_are_built
+from tests.test_span_wire_full import _prover_spans as _prover_spans_of
+
+
+def _prover_spans(limits: dict[str, int]) -> list[ReadableSpan]:
+    """ProofTracer spans whose round records nobody has read, a user's event among them."""
+    return _prover_spans_of(limits, 3, True)
 
 
 def _upstream(spans: list[ReadableSpan]) -> str | None:
@@ -40,22 +45,6 @@ def test_the_line_is_the_upstream_exporters_on_random_sdk_spans(
     spans = _make_spans(plans)
     rnd.shuffle(spans)  # interleave resources and scopes within the batch
     assert encode_json_line(spans) == _upstream(spans)
-
-
-def _prover_spans(limits: dict[str, int]) -> list[ReadableSpan]:
-    keep = InMemorySpanExporter()  # keeps the spans without reading their events
-    provider = TracerProvider(span_limits=SpanLimits(**limits))
-    provider.add_span_processor(SimpleSpanProcessor(keep))
-    tracer = ProofTracer(provider)
-    with tracer.proof(system="gkr", layers=2):
-        for index in range(2):
-            with tracer.layer(index=index, kind="MatMul", rounds=3) as layer:
-                for r in range(3):
-                    tracer.sumcheck_round(r, [2**61 - r, r, (1, 2, 3, 4)], 7919 * r,
-                                          challenge=r + 11)
-                    if r == 1:
-                        layer.span.add_event("user", {"note": "é" * 3, "x": 1.5})
-    return list(keep.get_finished_spans())
 
 
 @settings(max_examples=20, deadline=None)

@@ -18,14 +18,15 @@ from __future__ import annotations
 
 import logging
 import struct
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
 
 from opentelemetry.sdk.trace import ReadableSpan
 
 from otel_proofscope.otlp.sdk_fields import events_fields, plain_attributes, span_fields
 
 _log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # ── wire-format primitives ───────────────────────────────────────────────────────────
 
@@ -437,25 +438,36 @@ _STATUS: dict[tuple[Any, str | None], bytes] = {}
 _KIND = _build_kind_table()
 
 
-def encode_export_request(spans: Sequence[ReadableSpan]) -> bytes:
-    """Serialized ``ExportTraceServiceRequest`` for ``spans``, grouped by resource, then
-    instrumentation scope, in first-seen order (as the official encoder groups them)."""
-    # Grouping uses the same (equality-based) keys as the official encoder; identity
-    # checks first so the costly Resource hash runs once per distinct object.
-    groups: dict[Any, dict[Any, list[bytes]]] = {}
+def grouped(spans: Sequence[ReadableSpan],
+            encode: Callable[[ReadableSpan], T]) -> dict[Any, dict[Any, list[T]]]:
+    """``encode(span)`` of every span, grouped by resource, then instrumentation scope
+    (``None`` for none), in first-seen order, as the official encoders group them."""
+    # The same (equality-based) keys as the official encoders; identity checks first so
+    # the costly Resource hash runs once per distinct object.
+    groups: dict[Any, dict[Any, list[T]]] = {}
     last_resource: Any = object()
     last_scope: Any = object()
-    current: list[bytes] = []
+    current: list[T] = []
     for span in spans:
         resource = span.resource
         scope = span.instrumentation_scope
         if resource is not last_resource or scope is not last_scope:
-            by_scope = groups.setdefault(resource, {})
-            current = by_scope.setdefault(scope or None, [])
+            current = groups.setdefault(resource, {}).setdefault(scope or None, [])
             last_resource, last_scope = resource, scope
-        body = _encode_span(span)
-        n = len(body)
-        current.append(b"\x12" + (_VT[n] if n < _VARINT_TABLE_SIZE else _varint_slow(n)) + body)
+        current.append(encode(span))
+    return groups
+
+
+def _span_field(span: ReadableSpan) -> bytes:
+    body = _encode_span(span)
+    n = len(body)
+    return b"\x12" + (_VT[n] if n < _VARINT_TABLE_SIZE else _varint_slow(n)) + body
+
+
+def encode_export_request(spans: Sequence[ReadableSpan]) -> bytes:
+    """Serialized ``ExportTraceServiceRequest`` for ``spans``, grouped by resource, then
+    instrumentation scope, in first-seen order (as the official encoder groups them)."""
+    groups = grouped(spans, _span_field)
 
     out: list[bytes] = []
     for resource, by_scope in groups.items():

@@ -24,6 +24,7 @@ from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan
 
+from otel_proofscope.otlp.encode import grouped
 from otel_proofscope.otlp.sdk_fields import events_fields, plain_attributes, span_fields
 
 _log = logging.getLogger(__name__)
@@ -114,6 +115,15 @@ def _attributes(attributes: Mapping[str, Any] | None) -> str:
     return "[" + ",".join(out) + "]" if out else ""
 
 
+def _add_attributes(parts: list[str], attrs: Mapping[str, Any] | None, dropped: int) -> None:
+    """The ``attributes`` and ``droppedAttributesCount`` fields, each when not empty."""
+    encoded = _attributes(attrs)
+    if encoded:
+        parts.append('"attributes":' + encoded)
+    if dropped:
+        parts.append('"droppedAttributesCount":' + int.__repr__(dropped))
+
+
 def _span(span: ReadableSpan) -> str:
     (ctx, parent, name, kind, start, end, status, attrs, dropped_attrs, events,
      dropped_events, links, dropped_links) = span_fields(span, deferred=True)
@@ -133,12 +143,7 @@ def _span(span: ReadableSpan) -> str:
         parts.append('"startTimeUnixNano":"' + int.__repr__(start) + '"')
     if end:
         parts.append('"endTimeUnixNano":"' + int.__repr__(end) + '"')
-    if attrs:
-        encoded = _attributes(attrs)
-        if encoded:
-            parts.append('"attributes":' + encoded)
-    if dropped_attrs:
-        parts.append('"droppedAttributesCount":' + int.__repr__(dropped_attrs))
+    _add_attributes(parts, attrs, dropped_attrs)
     json_events = []
     for ev_name, ts, ev_attrs, ev_dropped in events_fields(events):
         ev = []
@@ -146,12 +151,7 @@ def _span(span: ReadableSpan) -> str:
             ev.append('"timeUnixNano":"' + int.__repr__(ts) + '"')
         if ev_name:
             ev.append('"name":' + _esc(ev_name))
-        if ev_attrs:
-            encoded = _attributes(ev_attrs)
-            if encoded:
-                ev.append('"attributes":' + encoded)
-        if ev_dropped:
-            ev.append('"droppedAttributesCount":' + int.__repr__(ev_dropped))
+        _add_attributes(ev, ev_attrs, ev_dropped)
         json_events.append("{" + ",".join(ev) + "}")
     if json_events:
         parts.append('"events":[' + ",".join(json_events) + "]")
@@ -177,11 +177,7 @@ def _link(link: Any) -> str:
     ctx = link.context
     parts = ['{"traceId":"' + ctx.trace_id.to_bytes(16, "big").hex()
              + '","spanId":"' + ctx.span_id.to_bytes(8, "big").hex() + '"']
-    encoded = _attributes(link.attributes)
-    if encoded:
-        parts.append('"attributes":' + encoded)
-    if link.dropped_attributes:
-        parts.append('"droppedAttributesCount":' + int.__repr__(link.dropped_attributes))
+    _add_attributes(parts, link.attributes, link.dropped_attributes)
     parts.append(_FLAGS_REMOTE if ctx.is_remote else _FLAGS_LOCAL)
     return ",".join(parts) + "}"
 
@@ -213,17 +209,7 @@ def encode_json_line(spans: Sequence[ReadableSpan]) -> str | None:
     """One JSON line (with its newline) for ``spans``, as the upstream file exporter
     writes it: grouped by resource, then scope, in first-seen order; None when there is
     nothing to write."""
-    groups: dict[Any, dict[Any, list[str]]] = {}
-    last_resource: Any = object()
-    last_scope: Any = object()
-    current: list[str] = []
-    for span in spans:
-        resource = span.resource
-        scope = span.instrumentation_scope
-        if resource is not last_resource or scope is not last_scope:
-            current = groups.setdefault(resource, {}).setdefault(scope or None, [])
-            last_resource, last_scope = resource, scope
-        current.append(_span(span))
+    groups = grouped(spans, _span)
     if not groups:
         return None
     resource_spans = []
