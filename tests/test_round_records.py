@@ -433,7 +433,7 @@ def test_the_in_process_routes_read_rounds_without_building_them(
     with _where_events_are_built() as built:
         try:
             _prove_three_layers(telemetry.tracer)
-            assert telemetry.force_flush(5) or True  # the dead collector fails the flush
+            telemetry.force_flush(5)  # False: the collector is dead (counted below)
         finally:
             report = telemetry.shutdown()
     assert built == []

@@ -16,6 +16,7 @@ span fields come from :mod:`otel_proofscope.otlp.sdk_fields`.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import struct
 from collections.abc import Callable, Mapping, Sequence
@@ -175,10 +176,8 @@ def _kv_miss(key: Any, value: Any) -> bytes | None:
         cache, ckey = _KV_CACHE, (key, value, vt)
     if len(cache) >= _KV_CACHE_MAX:
         _evict(cache)
-    if key in _SAMPLED_KEYS:
-        _sampled_misses[0] += 1
-        if _sampled_misses[0] % _SAMPLE_EVERY:
-            return encoded
+    if key in _SAMPLED_KEYS and next(_sampled_misses) % _SAMPLE_EVERY:
+        return encoded
     # Not contextlib.suppress: entering it cost more than the insertion (every miss).
     try:  # noqa: SIM105
         cache[ckey] = encoded
@@ -195,7 +194,7 @@ def _kv_miss(key: Any, value: Any) -> bytes | None:
 _SAMPLED_KEYS: set[str] = set()
 _SAMPLED_KEYS_MAX = 256
 _SAMPLE_EVERY = 16
-_sampled_misses = [0]
+_sampled_misses = itertools.count(1)
 
 
 def _evict(cache: dict[Any, bytes]) -> None:

@@ -31,7 +31,7 @@ from opentelemetry.sdk.trace import Event, ReadableSpan, Span, SpanLimits, Trace
 from opentelemetry.sdk.util import BoundedList
 from opentelemetry.trace.status import Status, StatusCode
 
-from otel_proofscope.otlp.deferred_events import Build, DeferredEvents
+from otel_proofscope.otlp.deferred_events import Build, DeferredEvents, EventFields
 
 #: The public ``ReadableSpan`` properties whose storage the private readers bypass; a
 #: class that overrides any of them is read through the public API.
@@ -45,8 +45,6 @@ _PLAIN_SPAN_TYPES: dict[type, bool] = {}
 #: where the probe allows, ``events`` and ``links`` are iterables.
 SpanFields = tuple[Any, Any, str, Any, "int | None", "int | None", Any, Any, int, Any,
                    int, Any, int]
-#: ``(name, timestamp, attributes, dropped_attributes)`` of one span event.
-EventFields = tuple[str, Any, Any, int]
 
 
 def _sdk_span_storage(cls: type) -> bool:
@@ -64,7 +62,7 @@ def _sdk_span_storage(cls: type) -> bool:
     return plain
 
 
-def _private_span(span: Any, unbuilt: bool = False, deferred: bool = False) -> SpanFields:
+def _private_span(span: Any, deferred: bool = False) -> SpanFields:
     attrs: Any = span._attributes
     events: Any = span._events
     links: Any = span._links
@@ -79,7 +77,7 @@ def _private_span(span: Any, unbuilt: bool = False, deferred: bool = False) -> S
     elif type(events) is DeferredEvents:
         dropped_events = events.dropped
         if not deferred:
-            events = events.items() if unbuilt else events.events()
+            events = events.events()
     else:
         dropped_events = 0
     if type(links) is BoundedList:
@@ -140,14 +138,12 @@ def _probe() -> bool:
         return False
 
 
-def span_fields(span: ReadableSpan, *, unbuilt: bool = False,
-                deferred: bool = False) -> SpanFields:
+def span_fields(span: ReadableSpan, *, deferred: bool = False) -> SpanFields:
     """Every field the OTLP encoder and the Rerun frames read, in one call. With
-    ``unbuilt``, a deferred event list is given as its items: its round records unbuilt
-    (tuples) among the events (see :func:`unbuilt_events`). With ``deferred``, as the
-    list itself, for :func:`events_fields` to read without building an ``Event``."""
+    ``deferred``, a deferred event list is given as it is, for :func:`events_fields` to
+    read without building an ``Event`` (or for its records, :meth:`DeferredEvents.items`)."""
     if FIELDS_OK and _sdk_span_storage(type(span)):
-        return _private_span(span, unbuilt, deferred)
+        return _private_span(span, deferred)
     return _public_span(span)
 
 

@@ -139,23 +139,14 @@ def _record_fast(s: ReadableSpan) -> tuple[Any, ...]:
     # MappingProxy) and the events (a tuple) of every span, which doubles the cost on
     # the exporter thread, where it competes with the prover for the GIL. Round records
     # nobody has built travel as records, as in version 2.
-    deferred = _our_rounds(s)
     (ctx, parent, name, kind, start, end, status, attrs, _, events, _, _, _) = span_fields(
-        s, unbuilt=deferred is not None)
-    entries: tuple[Any, ...]
-    if deferred is None:
-        entries = tuple([(n, t, a if type(a) is dict else _plain(a))
-                         for n, t, a, _ in events_fields(events)])
-    else:
-        max_attrs, max_len = deferred.limits
-        entries = tuple([(x, max_attrs, max_len) if type(x) is tuple
-                         else (x.name, x.timestamp, _plain(x.attributes)) for x in events])
+        s, deferred=True)
     return (name, ctx.trace_id if ctx is not None else 0,
             ctx.span_id if ctx is not None else 0,
             parent.span_id if parent is not None else 0,
             kind.value, start or 0, end or 0,
             status.status_code.value, status.description,
-            attrs if type(attrs) is dict else _plain(attrs), entries,
+            attrs if type(attrs) is dict else _plain(attrs), _entries(s, events, full=False),
             _service(s.resource), parent is not None and parent.is_remote)
 
 
@@ -233,25 +224,31 @@ _KIND_VALUE: dict[Any, int] = {k: k.value for k in SpanKind}
 _CODE_VALUE: dict[Any, int] = {c: c.value for c in StatusCode}
 
 
-def _event_entries(events: Any) -> tuple[Any, ...]:
-    return tuple([(n, t, a if type(a) is dict else _plain(a), d)
-                  for n, t, a, d in events_fields(events)])
+def _event_entries(events: Any, full: bool) -> list[tuple[Any, ...]]:
+    """``(name, timestamp, attributes)`` of every event, with ``dropped_attributes`` too
+    when ``full`` (version 2)."""
+    if full:
+        return [(n, t, a if type(a) is dict else _plain(a), d)
+                for n, t, a, d in events_fields(events)]
+    return [(n, t, a if type(a) is dict else _plain(a)) for n, t, a, _ in events_fields(events)]
 
 
-def _round_entries(items: list[Any], limits: tuple[int | None, int | None]) -> tuple[Any, ...]:
-    """Round records as they are, each with the limits to build it with (a 3-tuple), and
-    the span's other events as usual (4-tuples), in order."""
-    max_attrs, max_len = limits
-    return tuple([(x, max_attrs, max_len) if type(x) is tuple else _event_entries((x,))[0]
-                  for x in items])
+def _entries(s: ReadableSpan, events: Any, full: bool) -> tuple[Any, ...]:
+    """A record's events. Round records nobody has built yet travel as records, each with
+    the limits to build it with (a 3-tuple ``(record, max attributes, max length)``), among
+    the span's other events, in order: the child builds them (~9 µs a round here, against
+    ~1 µs to pack the record)."""
+    deferred = _our_rounds(s)
+    if deferred is None:
+        return tuple(_event_entries(events, full))
+    max_attrs, max_len = deferred.limits
+    return tuple([(x, max_attrs, max_len) if type(x) is tuple
+                  else _event_entries((x,), full)[0] for x in deferred.items()])
 
 
 def _record_full(s: ReadableSpan, res_i: int, scope_i: int, service: str) -> tuple[Any, ...]:
-    # Round records nobody has built yet travel as records: the child builds their
-    # events (~9 µs a round here, against ~1 µs to pack the record).
-    deferred = _our_rounds(s)
     (ctx, parent, name, kind, start, end, status, attrs, dropped_attrs, events,
-     dropped_events, links, dropped_links) = span_fields(s, unbuilt=deferred is not None)
+     dropped_events, links, dropped_links) = span_fields(s, deferred=True)
     state = ctx.trace_state if ctx is not None else None
     return (name, ctx.trace_id if ctx is not None else 0,
             ctx.span_id if ctx is not None else 0,
@@ -259,8 +256,7 @@ def _record_full(s: ReadableSpan, res_i: int, scope_i: int, service: str) -> tup
             _KIND_VALUE[kind], start or 0, end or 0,
             _CODE_VALUE[status.status_code], status.description,
             attrs if type(attrs) is dict else _plain(attrs),
-            _event_entries(events) if deferred is None
-            else _round_entries(events, deferred.limits),
+            _entries(s, events, full=True),
             service, parent is not None and parent.is_remote,
             res_i, scope_i, int(ctx.trace_flags) if ctx is not None else 1,
             _state(state) if state else (),
