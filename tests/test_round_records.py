@@ -444,3 +444,87 @@ def test_the_in_process_routes_read_rounds_without_building_them(
 
         rec = readback.read(tmp_path / "r.rrd")
         assert sum(len(rec.rows(p)) for p in rec.paths() if "/claim/" in p) == 12
+
+
+def _prove_with_witness(tracer: ProofTracer) -> None:
+    from otel_proofscope.instrumentation import ActivationStats
+
+    with tracer.proof(system="gkr", backend="cpu", layers=3):
+        for index in range(3):
+            with tracer.layer(index=index, kind="MatMul", rounds=4):
+                for r in range(4):
+                    tracer.sumcheck_round(r, poly=[2**61 - r, r + 1], claim=7919 * r)
+                    if r == 1:  # a witness event among the rounds
+                        tracer.layer_activation(ActivationStats(0.5, 1.0, -2.0, 3.0, 0.1))
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from([{}, {"max_events": 3}, {"max_event_attributes": 2}]))
+def test_stripping_witness_events_keeps_the_rounds_as_records(limits: dict[str, int]) -> None:
+    """capture_witness puts a witness event in every layer: the OTLP copy without it
+    keeps the rounds as records and shares their fields with the original, so no round
+    is built for it, and the bytes are those of the old copy of built events."""
+    from otel_proofscope.pipeline.privacy import strip_witness
+
+    def layers(spans: Sequence[ReadableSpan]) -> list[ReadableSpan]:
+        return [s for s in spans if s.name == SpanName.LAYER]
+
+    memory = InMemorySpanExporter()
+    provider = TracerProvider(span_limits=SpanLimits(**limits))
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    instrumentation.set_capture_witness(True)
+    try:
+        _prove_with_witness(ProofTracer(provider))
+    finally:
+        instrumentation.set_capture_witness(False)
+    spans = layers(memory.get_finished_spans())
+    calls = []
+    for s in spans:  # count the records' builds, originals and copies together
+        real = s._events._build  # type: ignore[attr-defined]
+        s._events._build = lambda r, real=real: calls.append(r) or real(r)  # type: ignore[attr-defined]
+    records = sum(1 for s in spans for x in s._events.items()  # type: ignore[attr-defined]
+                  if type(x) is tuple)
+    with _where_events_are_built() as built:
+        stripped = [strip_witness(s) for s in spans]
+        ours = encode_spans_request(stripped)
+        for s in spans:  # the original's other readers (the Rerun view) read them too
+            sdk_fields.events_fields(sdk_fields.span_events_unread(s))
+    if "max_event_attributes" not in limits:  # (under it the SDK's constructor truncates)
+        assert built == []
+        assert len(calls) == records  # each round's fields built once, for both
+        assert all(sdk_fields.unbuilt_events(s) is not None for s in stripped)
+    for a, b in zip(spans, stripped, strict=True):
+        assert b is not a and b.dropped_events == a.dropped_events
+        assert [(e.name, e.timestamp, dict(e.attributes or {})) for e in b.events] == [
+            (e.name, e.timestamp, dict(e.attributes or {})) for e in a.events
+            if e.name != EventName.LAYER_ACTIVATION]
+    assert ours == _wire(stripped)  # the official encoder, on the copies' SDK events
+
+
+def test_witness_capture_builds_no_round_event_on_the_files_and_rerun_routes(
+        tmp_path: Path) -> None:
+    """With capture_witness, every layer has a witness event among its rounds: the
+    witness filter of the files route and the Rerun view's round loop set it aside
+    without building the rounds, the view draws it, and the file does not carry it."""
+    import otel_proofscope as ps
+    from otel_proofscope.rerun import readback
+
+    telemetry = ps.configure(out_dir=str(tmp_path), rerun=f"file:{tmp_path / 'r.rrd'}",
+                             rerun_process=False, export_process=False,
+                             capture_witness=True, shutdown_timeout_s=2.0,
+                             set_global=False)
+    try:
+        with _where_events_are_built() as built:
+            _prove_with_witness(telemetry.tracer)
+            assert telemetry.force_flush(10)
+    finally:
+        telemetry.shutdown()
+        instrumentation.set_capture_witness(False)
+    assert built == []
+    text = (tmp_path / "traces.jsonl").read_text(encoding="utf-8")
+    assert text.count('"name":"proof.sumcheck.round"') == 12
+    assert EventName.LAYER_ACTIVATION not in text
+    rec = readback.read(tmp_path / "r.rrd")
+    assert sum(len(rec.rows(p)) for p in rec.paths() if "/claim/" in p) == 12
+    stats = [p for p in rec.paths() if p.startswith("/inference/stats/")]
+    assert sum(len(rec.rows(p)) for p in stats) == 15  # 3 layers x 5 statistics

@@ -23,7 +23,7 @@ import copy
 import functools
 import threading
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from typing import Any
 
 from opentelemetry.attributes import BoundedAttributes
@@ -193,6 +193,33 @@ class DeferredEvents(BoundedList):  # type: ignore[type-arg]
         if record_name is None:
             return [x.name for x in self.events()]
         return [record_name if type(x) is tuple else x.name for x in items]
+
+    def events_at(self, indices: list[int]) -> list[Any]:
+        """The items at ``indices`` as events, building (and keeping) none of the others:
+        a reader that set a few events aside while it read the fields."""
+        items = self.items()
+        return [self._event(x) if type(x) is tuple else x for x in (items[i] for i in indices)]
+
+    def without(self, names: Collection[str]) -> DeferredEvents | None:
+        """A copy without the events named in ``names``: its records still records, the
+        same drop count, and the fields this list reads (built once, for both); None
+        when the records' name is not known in advance, or is itself in ``names``."""
+        record_name = self._record_name
+        if record_name is None or record_name in names:
+            return None
+        fields = self.fields()
+        with self._lock:
+            items = list(self._dq)
+            cached = self._fields
+            seen = (len(items), self.dropped)
+        keep = [type(x) is tuple or x.name not in names for x in items]
+        out = DeferredEvents.rebuilt([x for x, k in zip(items, keep, strict=True) if k],
+                                     self._build, self._max_attrs, self._max_len, record_name)
+        out.dropped = seen[1]
+        if cached is not None and cached[0] == seen:  # the fields are of these very items
+            out._fields = ((len(out._dq), out.dropped),
+                           [f for f, k in zip(fields, keep, strict=True) if k])
+        return out
 
     def timestamps(self) -> list[Any]:
         """The timestamp of every item, oldest first, records unbuilt."""

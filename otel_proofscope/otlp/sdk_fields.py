@@ -191,6 +191,14 @@ def span_events_unread(span: Any) -> Sequence[Any]:
     return span_events(span)
 
 
+def events_at(events: Sequence[Any], indices: list[int]) -> list[Any]:
+    """The events at ``indices`` of a list :func:`span_events_unread` gave, as events; of
+    a deferred list only those are built."""
+    if type(events) is DeferredEvents:
+        return events.events_at(indices)
+    return [events[i] for i in indices]
+
+
 def event_count(span: Any) -> int:
     """How many events ``span`` holds, without reading them: the public property copies
     them, which for a deferred list builds every record's event (on the prover thread,

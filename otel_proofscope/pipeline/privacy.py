@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
+from typing import Any
 
-from opentelemetry.sdk.trace import Event, ReadableSpan
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.sdk.util import BoundedList
 
+from otel_proofscope.otlp.deferred_events import DeferredEvents
 from otel_proofscope.otlp.sdk_fields import (
     event_count,
     event_names,
@@ -31,16 +33,19 @@ def strip_witness(span: ReadableSpan) -> ReadableSpan:
     # Every span of the OTLP route passes here, on an export thread that shares the GIL
     # with the prover: the names are read without copying the events (or building a
     # round's), and tested at once.
-    if not event_count(span) or WITNESS_EVENTS.isdisjoint(
-            event_names(span_events_unread(span))):
+    events = span_events_unread(span)
+    if not event_count(span) or WITNESS_EVENTS.isdisjoint(event_names(events)):
         return span
-    events = span_events(span)
-    # A BoundedList that carries the original drop count: the copy must still say how
-    # many events the SDK's limit dropped (droppedEventsCount), and the attribute
-    # container is passed as is for the same reason.
-    kept: BoundedList[Event] = BoundedList(None)
-    kept.extend([e for e in events if e.name not in WITNESS_EVENTS])
-    kept.dropped = span.dropped_events
+    # The copy carries the original drop count: it must still say how many events the
+    # SDK's limit dropped (droppedEventsCount); the attribute container is passed as is
+    # for the same reason. A layer's round records stay records, their fields shared
+    # with the original's other readers (capture_witness puts witness events in every
+    # layer: building all its rounds here would be paid again by the Rerun view).
+    kept: Any = events.without(WITNESS_EVENTS) if type(events) is DeferredEvents else None
+    if kept is None:
+        kept = BoundedList(None)
+        kept.extend([e for e in span_events(span) if e.name not in WITNESS_EVENTS])
+        kept.dropped = span.dropped_events
     return ReadableSpan(
         name=span.name,
         context=span.context,

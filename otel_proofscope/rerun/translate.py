@@ -50,6 +50,7 @@ from opentelemetry.trace import StatusCode
 from otel_proofscope import fields
 from otel_proofscope.fields import M31
 from otel_proofscope.otlp.sdk_fields import (
+    events_at,
     events_fields,
     span_attributes,
     span_events,
@@ -629,7 +630,7 @@ class SpanTranslator:
                                         f"{span.status.description or 'error'}"), "ERROR",
                        layer=index)
         if witness:
-            self._witness(span, model, frame, issues, index)
+            self._witness(span, acc.others, model, frame, issues, index)
         return True
 
     def _rounds(self, span: ReadableSpan, index: int, total: int, pos: layout.Vec3,
@@ -647,7 +648,8 @@ class SpanTranslator:
         other_at: list[int] = []
         # The hot loop of a batch: one pass, plain dicts, the fingerprint's fast path
         # inline; round records are read without building an Event each.
-        for i, (ev_name, t, a, _) in enumerate(events_fields(span_events_unread(span))):
+        events = span_events_unread(span)
+        for i, (ev_name, t, a, _) in enumerate(events_fields(events)):
             if ev_name != name:
                 other_at.append(i)
                 continue
@@ -685,9 +687,8 @@ class SpanTranslator:
             c_app(fp)
             if rnd >= slots:
                 slots = rnd + 1
-        if other_at:  # a user's or a witness event among the rounds: read as events
-            events = span_events(span)
-            acc.others.extend([events[i] for i in other_at])
+        if other_at:  # a user's or a witness event among the rounds: only those as events
+            acc.others.extend(events_at(events, other_at))
         n = len(acc.t) - first
         if not ordered:  # events of a foreign producer: sort the block by time
             block = sorted(zip(acc.t[first:], acc.rnd[first:], acc.claim[first:],
@@ -708,8 +709,10 @@ class SpanTranslator:
             a, b = (pos, other) if index < la.index else (other, pos)
             acc.trail.append((max(end, la.end), max(index, la.index), a, b))
 
-    def _witness(self, span: ReadableSpan, model: ProofModel, frame: Frame, issues: Issues,
-                 index: int) -> None:
+    def _witness(self, span: ReadableSpan, others: Sequence[Event], model: ProofModel,
+                 frame: Frame, issues: Issues, index: int) -> None:
+        """The layer's witness events, among ``others``: the events its round loop set
+        aside (reading the span's events again would build every round's)."""
         p = model.key
         _, end = _times(span)
         if not model.witness_styled:
@@ -718,7 +721,7 @@ class SpanTranslator:
                 name = key.rsplit(".", 1)[-1]
                 frame.static(f"inference/stats/{p}/{name}",
                              rr.SeriesLines(names=[f"activation {name} {p}"]))
-        for ev in span_events(span):
+        for ev in others:
             if ev.name == EventName.LAYER_ACTIVATION:
                 a = ev.attributes or {}
                 if Attr.ERROR_TYPE in a:
