@@ -39,6 +39,21 @@ Build = Callable[[tuple[Any, ...]], tuple[str, Mapping[str, Any]]]
 EventFields = tuple[str, Any, Mapping[str, Any], int]
 
 
+def private_event_fields(event: Event) -> EventFields:
+    """:data:`EventFields` of an SDK ``Event`` from its private fields (the SDK's
+    properties wrap the attributes in a proxy); :mod:`~otel_proofscope.otlp.sdk_fields`
+    probes that they hold what the properties return."""
+    attrs: Any = event._attributes
+    if type(attrs) is BoundedAttributes:
+        return event._name, event._timestamp, attrs._dict, attrs.dropped
+    return event._name, event._timestamp, attrs, 0
+
+
+def public_event_fields(event: Any) -> EventFields:
+    """:data:`EventFields` of any event, through its public properties."""
+    return event.name, event.timestamp, event.attributes, event.dropped_attributes
+
+
 @functools.cache
 def _limits() -> SpanLimits:
     # Built once: the constructor reads the environment (~7 µs); rebuilt() replaces the
@@ -171,11 +186,7 @@ class DeferredEvents(BoundedList):  # type: ignore[type-arg]
                         append((name, x[0], values, 0))
                         continue
                 x = self._event(x)  # a limit bites: the SDK's own constructor
-            attrs = x._attributes if type(x) is Event else None
-            if type(attrs) is BoundedAttributes:
-                append((x._name, x._timestamp, attrs._dict, attrs.dropped))
-            else:  # not the SDK's own event: its public fields
-                append((x.name, x.timestamp, x.attributes, x.dropped_attributes))
+            append(private_event_fields(x) if type(x) is Event else public_event_fields(x))
         with self._lock:
             if (len(self._dq), self.dropped) == seen:  # nothing came in: keep them
                 self._fields = (seen, out)

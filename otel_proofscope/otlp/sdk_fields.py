@@ -31,7 +31,13 @@ from opentelemetry.sdk.trace import Event, ReadableSpan, Span, SpanLimits, Trace
 from opentelemetry.sdk.util import BoundedList
 from opentelemetry.trace.status import Status, StatusCode
 
-from otel_proofscope.otlp.deferred_events import Build, DeferredEvents, EventFields
+from otel_proofscope.otlp.deferred_events import (
+    Build,
+    DeferredEvents,
+    EventFields,
+)
+from otel_proofscope.otlp.deferred_events import private_event_fields as _private_event
+from otel_proofscope.otlp.deferred_events import public_event_fields as _public_event
 
 #: The public ``ReadableSpan`` properties whose storage the private readers bypass; a
 #: class that overrides any of them is read through the public API.
@@ -94,17 +100,6 @@ def _public_span(span: ReadableSpan) -> SpanFields:
     return (span.get_span_context(), span.parent, span.name, span.kind, span.start_time,
             span.end_time, span.status, span.attributes, span.dropped_attributes,
             span.events, span.dropped_events, span.links, span.dropped_links)
-
-
-def _private_event(event: Any) -> EventFields:
-    attrs: Any = event._attributes
-    if type(attrs) is BoundedAttributes:
-        return event._name, event._timestamp, attrs._dict, attrs.dropped
-    return event._name, event._timestamp, attrs, 0
-
-
-def _public_event(event: Any) -> EventFields:
-    return event.name, event.timestamp, event.attributes, event.dropped_attributes
 
 
 def _comparable(f: SpanFields) -> tuple[Any, ...]:
