@@ -14,7 +14,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from otel_proofscope.semconv import DISPLAY_CAPS, Attr, DropReason
+from otel_proofscope.semconv import DISPLAY_CAPS, DROP_REASON_NOTES, Attr, DropReason
 
 _log = logging.getLogger("otel_proofscope.drops")
 
@@ -97,6 +97,9 @@ class DropLedger:
             lines = [f"dropped: {sum(snap.values())} item(s)"]
             lines += [f"  {n} {k.signal} → {k.sink} ({k.reason})"
                       for k, n in sorted(snap.items())]
+            # Once per reason that a bare word would misstate, after the counts.
+            lines += [f"  ({reason}: {note})" for reason, note in DROP_REASON_NOTES.items()
+                      if any(k.reason == reason for k in snap)]
         for k, n in sorted(self.not_drawn().items()):
             why = DISPLAY_CAPS.get(k.signal, "")
             lines.append(f"not drawn in {k.sink} (display cap{'; ' + why if why else ''}): "

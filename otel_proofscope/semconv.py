@@ -443,10 +443,20 @@ class DropReason(StrEnum):
     UNAUTHENTICATED = "unauthenticated"
     #: A client that did not finish its request within the receiver's deadline.
     TIMEOUT = "timeout"
+    #: Handed to a child process (the Rerun worker, the export process) that was stopped
+    #: at the shutdown deadline before it confirmed them: an upper bound, some of these
+    #: may have been delivered. Counted as dropped because nothing says they were.
+    UNCONFIRMED = "unconfirmed"
     #: Not a loss: a view draws only so many of something that is complete elsewhere.
     #: Counted apart from drops and reported as "not drawn" (see DISPLAY_CAPS).
     DISPLAY_CAP = "display_cap"
 
+
+#: What a drop reason means where a bare word would mislead (the exit summary says it).
+DROP_REASON_NOTES: dict[str, str] = {
+    DropReason.UNCONFIRMED: "handed to a child process stopped at the shutdown deadline "
+                            "before it confirmed them; some may have been delivered",
+}
 
 #: Items a view caps for legibility, and where every one of them still is.
 DISPLAY_CAPS: dict[str, str] = {

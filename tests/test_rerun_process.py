@@ -144,9 +144,41 @@ def test_stuck_child_is_killed_at_the_shutdown_deadline(tmp_path: Path) -> None:
     finally:
         exporter.shutdown()
     assert exporter.worker.proc.poll() is not None
-    assert DROPS.total(signal="spans", reason=DropReason.SHUTDOWN) == len(stuck)
-    assert DROPS.total(signal="span_events", reason=DropReason.SHUTDOWN) == events(stuck)
+    # Written to the pipe of a child that never confirmed them: unconfirmed, not "lost
+    # for sure" (a child that is only slow may have drawn some).
+    assert DROPS.total(signal="spans", reason=DropReason.UNCONFIRMED) == len(stuck)
+    assert DROPS.total(signal="span_events", reason=DropReason.UNCONFIRMED) == events(stuck)
     assert DROPS.total() == len(stuck) + events(stuck)
+    assert any(line.startswith("  (unconfirmed: handed to a child process")
+               for line in DROPS.summary_lines())
+
+
+def test_at_the_deadline_what_the_child_never_had_is_lost_and_what_it_had_unconfirmed(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    exporter = RerunProcessSpanExporter(f"file:{tmp_path / 'u.rrd'}", shutdown_timeout_s=1)
+    worker = exporter.worker
+    assert worker is not None
+    assert exporter.force_flush(20_000)  # the child is up
+    os.kill(worker.proc.pid, signal.SIGSTOP)  # alive, reads nothing: the pipe fills up
+    caplog.set_level(logging.WARNING, logger=LOGGER)
+    batches = [proof_spans(layers=40, system=f"s{i}") for i in range(40)]
+    try:
+        for batch in batches:
+            exporter.export(batch)
+        deadline = time.monotonic() + 10
+        while worker._queued_bytes == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)  # until the writer is blocked on the full pipe
+        assert worker._queued_bytes > 0, "the pipe never filled"
+    finally:
+        exporter.shutdown()
+    spans = sum(len(b) for b in batches)
+    unconfirmed = DROPS.total(signal="spans", reason=DropReason.UNCONFIRMED)
+    shutdown = DROPS.total(signal="spans", reason=DropReason.SHUTDOWN)
+    assert unconfirmed > 0 and shutdown > 0
+    assert unconfirmed + shutdown + DROPS.total(signal="spans",
+                                                reason=DropReason.QUEUE_FULL) == spans
+    warnings = [r.getMessage() for r in caplog.records if r.name == LOGGER]
+    assert len(warnings) == 1 and f"{unconfirmed} span(s) of them as unconfirmed" in warnings[0]
 
 
 def test_malformed_frames_are_counted_by_the_child_once(tmp_path: Path) -> None:

@@ -17,8 +17,10 @@ Accounting: one span processor in the parent serves both sinks
 (:class:`~otel_proofscope.pipeline.multi_sink.MultiSinkBatchSpanProcessor`); a span it
 loses is lost for each sink. The child reports, per sink, what it settled (exported or
 counted lost) and its losses under each sink's name; what it never settled when it dies
-or is killed at the shutdown deadline is counted per sink (``sink_unavailable`` /
-``shutdown``), so ``delivered`` per sink is only what the child said it delivered.
+is counted per sink as ``sink_unavailable``, and when it is killed at the shutdown
+deadline as ``unconfirmed`` (it had them: some may have been delivered) beside
+``shutdown`` for what it was never handed, so ``delivered`` per sink is only what the
+child said it delivered.
 OTLP progress is reported every 0.25 s; the Rerun sink's only at a flush and at close
 (as on the Rerun child route), so a child killed at the deadline has the Rerun spans it
 drew since the last flush counted lost, never the reverse.

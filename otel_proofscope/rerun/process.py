@@ -17,8 +17,10 @@ cumulative losses.
 Accounting (sink ``rerun`` in ``DROPS``), each item exactly once: the parent's bounded
 queue counts ``queue_full``; the child's losses arrive in its reports; when the child
 dies, everything sent but not yet settled, and everything still queued, is counted
-``sink_unavailable`` with one warning (``shutdown`` when it was killed at the shutdown
-deadline). ``export()`` never blocks on the child and never raises.
+``sink_unavailable`` with one warning; when it was killed at the shutdown deadline,
+what was still queued here is ``shutdown`` and what it had but never settled
+``unconfirmed`` (an upper bound: it may have drawn some). ``export()`` never blocks on
+the child and never raises.
 """
 
 from __future__ import annotations
@@ -389,26 +391,34 @@ class RerunWorker:
         unsent_counts = Counts()
         for frame in unsent:
             unsent_counts.add(frame.counts)
+        # Never written to the child: lost. Written but not settled: a child that died
+        # lost them; one stopped at the deadline may have delivered some (an OTLP batch
+        # sent after its last report), so they are counted apart, as unconfirmed.
         reason = DropReason.SHUTDOWN if self._killed else DropReason.SINK_UNAVAILABLE
+        in_child = DropReason.UNCONFIRMED if self._killed else DropReason.SINK_UNAVAILABLE
         for sink, sink_lost in lost_by_sink.items():
-            sink_lost.add(unsent_counts)
-            _lose(self._ledger, Counts(sink_lost.spans, sink_lost.span_events, 0), reason,
+            _lose(self._ledger, Counts(sink_lost.spans, sink_lost.span_events, 0), in_child,
                   (sink,))
-        _lose(self._ledger, Counts(metric_points=metric_points + unsent_counts.metric_points),
-              reason, ())
-        lost = Counts(max(c.spans for c in lost_by_sink.values()), 0,
+            _lose(self._ledger, Counts(unsent_counts.spans, unsent_counts.span_events, 0),
+                  reason, (sink,))
+        _lose(self._ledger, Counts(metric_points=metric_points), in_child, ())
+        _lose(self._ledger, Counts(metric_points=unsent_counts.metric_points), reason, ())
+        lost = Counts(max(c.spans for c in lost_by_sink.values()) + unsent_counts.spans, 0,
                       metric_points + unsent_counts.metric_points)
         for done, _ in waiters:
             done.set()
         if not expected and not self._warned:
             self._warned = True
             rc = self.proc.poll()
+            unconfirmed = max(c.spans for c in lost_by_sink.values()) if self._killed else 0
             _log.warning("%s for %s %s (exit status %s); %d span(s) "
                          "and %d metric point(s) it had not drawn, and any sent later, are "
-                         "dropped and counted in proofscope.dropped; %s", self.label,
+                         "dropped and counted in proofscope.dropped%s; %s", self.label,
                          self.target.name,
                          "was stopped at the shutdown deadline" if self._killed else "died",
                          rc, lost.spans, lost.metric_points,
+                         f" ({unconfirmed} span(s) of them as unconfirmed: the process had "
+                         "them and may have delivered some)" if unconfirmed else "",
                          "in every sink it served" if len(self.span_sinks) > 1
                          else "OTLP export is unaffected")
 

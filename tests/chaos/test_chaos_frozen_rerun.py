@@ -51,10 +51,10 @@ def test_prover_exits_within_the_bound_and_counts_rerun_losses(tmp_path: Path,
     assert end - start < 60
     # ground truth: 3 proofs x (proof + layer) = 6 spans with 6 round events, none drawn
     lost = sum(drop_count(out, "spans", "rerun", r)
-               for r in ("sink_unavailable", "shutdown", "export_failed"))
+               for r in ("sink_unavailable", "shutdown", "unconfirmed", "export_failed"))
     assert lost == 6, out
     assert sum(drop_count(out, "span_events", "rerun", r)
-               for r in ("sink_unavailable", "shutdown", "export_failed")) == 6, out
+               for r in ("sink_unavailable", "shutdown", "unconfirmed", "export_failed")) == 6, out
     assert "dropped: nothing" not in out
 
 
@@ -98,7 +98,7 @@ def test_serve_with_a_frozen_rerun_viewer_stops_on_sigterm(tmp_path: Path) -> No
     assert took < 3.0 + SLACK_S, (took, out)
     assert "spans_accepted=4" in out
     lost = sum(drop_count(out, "spans", "rerun", r)
-               for r in ("sink_unavailable", "shutdown", "export_failed"))
+               for r in ("sink_unavailable", "shutdown", "unconfirmed", "export_failed"))
     assert lost == 4, out
 
 
@@ -151,7 +151,7 @@ def test_viewer_frozen_mid_run_counts_what_it_did_not_confirm(tmp_path: Path) ->
     # the first proof (2 spans) was drawn and confirmed before the freeze; the two after
     # it (4 spans) reached a frozen viewer
     lost = sum(drop_count(out, "spans", "rerun", r)
-               for r in ("sink_unavailable", "shutdown", "export_failed"))
+               for r in ("sink_unavailable", "shutdown", "unconfirmed", "export_failed"))
     assert lost == 4, out
     assert "exported to rerun" not in out or "exported to rerun: 2 spans" in out, out
     assert end - start < BOUND_S + SLACK_S, (end - start, out)
