@@ -528,3 +528,48 @@ def test_witness_capture_builds_no_round_event_on_the_files_and_rerun_routes(
     assert sum(len(rec.rows(p)) for p in rec.paths() if "/claim/" in p) == 12
     stats = [p for p in rec.paths() if p.startswith("/inference/stats/")]
     assert sum(len(rec.rows(p)) for p in stats) == 15  # 3 layers x 5 statistics
+
+
+def test_the_childs_frame_loop_and_backlog_build_no_round_event(tmp_path: Path) -> None:
+    """A child counts each frame's events for its accounting; reading ``span.events``
+    for that built every round's ``Event`` in the child (11 % of the export process's
+    CPU in a round-heavy burst), which its OTLP encoder and Rerun translation never
+    need: they read the records' fields."""
+    import io
+
+    from otel_proofscope.ledger import DropLedger
+    from otel_proofscope.rerun import span_wire
+    from otel_proofscope.rerun.backlog import PackedBacklog
+    from otel_proofscope.rerun.sink import RerunSink, parse_target
+    from otel_proofscope.rerun.worker import Worker
+
+    memory = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    _prove_three_layers(ProofTracer(provider))
+    payload, _ = span_wire.pack_spans_full(list(memory.get_finished_spans()))
+    sink = RerunSink(parse_target(f"file:{tmp_path / 'child.rrd'}"), ledger=DropLedger())
+
+    class Closed:  # a Rerun sink whose queue is full: the backlog holds the frame
+        def fits(self, spans: Sequence[ReadableSpan]) -> int:
+            return 0
+
+        def submit_spans(self, spans: Sequence[ReadableSpan], *,
+                         witness: bool = False) -> int:
+            return len(spans)
+
+    ledger = DropLedger()
+    try:
+        with _where_events_are_built() as built:
+            worker = Worker(sink, ledger, io.BytesIO(), 1 << 16)
+            worker._spans(4, 12, payload, witness=False)
+            backlog = PackedBacklog(Closed(), ledger)
+            backlog.submit(span_wire.unpack_spans(payload).spans, payload)
+            backlog.close(0.0)  # what it held is counted, events included
+            assert sink.flush(30)
+        assert built == []
+    finally:
+        sink.close(10)
+    assert worker.received.span_events == 12
+    assert ledger.total(signal="span_events", reason="shutdown") == 12
+    assert sink.stats.spans_drawn == 4

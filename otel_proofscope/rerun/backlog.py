@@ -26,6 +26,7 @@ from typing import Protocol
 from opentelemetry.sdk.trace import ReadableSpan
 
 from otel_proofscope.ledger import DropLedger
+from otel_proofscope.otlp.sdk_fields import event_count
 from otel_proofscope.rerun import span_wire
 from otel_proofscope.rerun.sink import LEDGER_SINK
 from otel_proofscope.semconv import DropReason
@@ -91,7 +92,7 @@ class PackedBacklog:
                 else self._sink.fits(spans)
             if now < len(spans):
                 rest = spans[now:]
-                events = sum(len(s.events) for s in rest)
+                events = sum(map(event_count, rest))
                 if self._closed or self._bytes + len(payload) > self._max_bytes:
                     reason = DropReason.SHUTDOWN if self._closed else DropReason.QUEUE_FULL
                     self._lose(len(rest), events, reason)
@@ -172,7 +173,7 @@ class PackedBacklog:
                     break
             time.sleep(self._poll_s)
         if spans:
-            self._lose(len(spans), sum(len(s.events) for s in spans), DropReason.SHUTDOWN)
+            self._lose(len(spans), sum(map(event_count, spans)), DropReason.SHUTDOWN)
 
     def _lose(self, spans: int, events: int, reason: str) -> None:
         self._ledger.record("spans", LEDGER_SINK, reason, spans)

@@ -42,6 +42,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from otel_proofscope.ledger import DropLedger
+from otel_proofscope.otlp.sdk_fields import event_count
 from otel_proofscope.pipeline.fast_otlp import FastOTLPSpanExporter
 from otel_proofscope.pipeline.privacy import WitnessFilter
 from otel_proofscope.pipeline.processor import BoundedBatchSpanProcessor
@@ -129,7 +130,7 @@ class OtlpStage:
 
     def submit(self, spans: Sequence[ReadableSpan]) -> None:
         if self.processor is None:
-            events = sum(len(s.events) for s in spans)
+            events = sum(map(event_count, spans))
             self._ledger.record("spans", OTLP_SINK, DropReason.EXPORT_FAILED, len(spans))
             self._ledger.record("span_events", OTLP_SINK, DropReason.EXPORT_FAILED, events)
             return

@@ -41,6 +41,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 
 from otel_proofscope.ledger import DropLedger
 from otel_proofscope.otlp import decode
+from otel_proofscope.otlp.sdk_fields import event_count
 from otel_proofscope.pipeline.deadline import (
     DEFAULT_SHUTDOWN_TIMEOUT_S,
     ENV_SHUTDOWN_TIMEOUT,
@@ -144,7 +145,7 @@ class Worker:
         if batch.first_error:
             _log.warning("rerun worker: %s (%d record(s) with %d event(s) refused)",
                          batch.first_error, batch.rejected_spans, batch.rejected_events)
-        got_events = sum(len(s.events) for s in batch.spans)
+        got_events = sum(map(event_count, batch.spans))
         self._lose_spans(count - len(batch.spans), events - got_events, DropReason.INVALID)
         self._make_room(len(batch.spans))
         self._submit_spans(batch.spans, payload, witness)
