@@ -7,6 +7,7 @@ import marshal
 import random
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
@@ -172,12 +173,19 @@ def test_version_1_frames_carry_round_records_unbuilt_too(
     assert [_view(s) for s in back.spans] == [_view(s) for s in spans]
 
 
-def test_a_malformed_round_record_refuses_its_span_only() -> None:
+@pytest.mark.parametrize("spoil", [
+    lambda entry: (("not", "a", "record"), None, None),  # the builder cannot build it
+    lambda entry: ((), entry[1], entry[2]),  # an empty record
+    lambda entry: (("0", *entry[0][1:]), entry[1], entry[2]),  # a timestamp not an int
+    lambda entry: (entry[0], "128", entry[2]),  # a limit not an int
+    lambda entry: (entry[0], 7, entry[2]),  # limits unlike the span's other records
+], ids=["unbuildable", "empty", "timestamp", "limit-type", "limits-differ"])
+def test_a_malformed_round_record_refuses_its_span_only(spoil: Any) -> None:
     spans = _prover_spans({}, 2, False)
     version, records, resources, scopes = marshal.loads(span_wire.pack_spans_full(spans)[0])
     bad = next(i for i, r in enumerate(records) if r[0] == "proof.layer")
     events = list(records[bad][10])
-    events[0] = (("not", "a", "record"), None, None)
+    events[-1] = spoil(events[-1])
     records[bad] = (*records[bad][:10], tuple(events), *records[bad][11:])
     back = span_wire.unpack_spans(marshal.dumps((version, records, resources, scopes)))
     assert back.rejected_spans == 1 and len(back.spans) == len(spans) - 1

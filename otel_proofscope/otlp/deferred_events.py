@@ -116,14 +116,17 @@ class DeferredEvents(BoundedList):  # type: ignore[type-arg]
 
     @classmethod
     def rebuilt(cls, items: list[Any], build: Build, max_attrs: int | None,
-                max_len: int | None, record_name: str | None = None) -> DeferredEvents:
+                max_len: int | None, record_name: str | None = None, *,
+                records: int | None = None) -> DeferredEvents:
         """A list holding ``items`` (records and events, as :meth:`items` gave them) that
         builds its records exactly as the original list would have: the same builder and
-        the same limits. How another process receives a span's rounds unbuilt."""
+        the same limits. How another process receives a span's rounds unbuilt.
+        ``records``: how many of ``items`` are records, when the caller counted them."""
         out = cls(None, _limits(), build, record_name)
         out._max_attrs, out._max_len = max_attrs, max_len  # the sender's, not this one's
         out._dq.extend(items)
-        out._pending = sum(1 for x in items if type(x) is tuple)
+        out._pending = sum(1 for x in items if type(x) is tuple) if records is None \
+            else records
         return out
 
     # ── readers ──────────────────────────────────────────────────────────────────────

@@ -500,36 +500,40 @@ def _span_full(r: Any, resources: list[Resource | None],
         instrumentation_scope=scope)
 
 
-def _is_round(entry: Any) -> bool:
-    """A round record's entry: ``(record, max attributes, max length)``."""
-    return type(entry) is tuple and len(entry) == 3 and type(entry[0]) is tuple
-
-
 def _events_with_rounds(entries: tuple[Any, ...], read_event: Any,
                         dropped: Any = 0) -> list[Any] | DeferredEvents:
     """A record's events (each read by ``read_event``). With round records, a deferred
     list like the sender's (its builder, its limits), whose fields are built here (a
     record that cannot be built refuses its span only) and read by the OTLP encoder and
     the Rerun translation alike; an ``Event`` is built only for a reader that needs one."""
-    if not any(map(_is_round, entries)):
-        return [read_event(e) for e in entries]
     items: list[Any] = []
+    append = items.append
     limits: tuple[Any, Any] | None = None
+    rounds = 0
+    # One pass, the round test inlined: a round-heavy frame holds thousands of entries.
     for e in entries:
-        if _is_round(e):
-            record, max_attrs, max_len = e
-            if type(record) is not tuple or not record or type(record[0]) is not int \
-                    or not all(v is None or type(v) is int for v in (max_attrs, max_len)):
-                raise ValueError("a round record is not (record, max attributes, max length)")
-            if limits is not None and limits != (max_attrs, max_len):
+        # A round record's entry: (record, max attributes, max length).
+        if type(e) is tuple and len(e) == 3 and type(e[0]) is tuple:
+            record = e[0]
+            if limits is None:
+                if not all(v is None or type(v) is int for v in e[1:]):
+                    raise ValueError("a round record is not (record, max attributes, "
+                                     "max length)")
+                limits = (e[1], e[2])
+            elif e[1] != limits[0] or e[2] != limits[1]:
                 raise ValueError("round records of one span with different limits")
-            limits = (max_attrs, max_len)
-            items.append(record)
+            if not record or type(record[0]) is not int:
+                raise ValueError("a round record is not (record, max attributes, "
+                                 "max length)")
+            append(record)
+            rounds += 1
         else:
-            items.append(read_event(e))
-    assert limits is not None
+            append(read_event(e))
+    if limits is None:
+        return items
     try:
-        deferred = DeferredEvents.rebuilt(items, _round_event, *limits, _ROUND_NAME)
+        deferred = DeferredEvents.rebuilt(items, _round_event, *limits, _ROUND_NAME,
+                                          records=rounds)
         deferred.dropped = int(dropped)  # before the fields, which are read at a count
         deferred.fields()
         return deferred
