@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import gc
 import os
 import signal
 import sys
@@ -19,6 +18,7 @@ from otel_proofscope.integrations.otlp_receiver.server import (
     DEFAULT_HOST,
     DEFAULT_HTTP_PORT,
 )
+from otel_proofscope.pipeline.gc_policy import tune_gc
 
 HELP = "receive OTLP (gRPC/HTTP) from any prover and draw it in Rerun"
 TOKEN_ENV = "PROOFSCOPE_SERVE_TOKEN"
@@ -122,28 +122,6 @@ def _shown(endpoint: str, host: str) -> str:
     port = endpoint.rsplit(":", 1)[1]
     scheme = "http://" if endpoint.startswith("http") else ""
     return f"{scheme}127.0.0.1:{port} (all interfaces, port {port})"
-
-
-#: Allocations between young collections (CPython's default is 700).
-GC_YOUNG_THRESHOLD = 10_000
-
-
-def tune_gc() -> None:
-    """Make the cyclic GC cheap for a process that decodes and draws spans all day.
-
-    Decoding one request allocates ~100 containers per span (its events' attribute
-    dicts, the protobuf wrappers), and most of them live until the span is drawn. With
-    CPython's defaults, collections ran every 700 allocations and full ones every few
-    requests, each walking the start-up heap (Rerun, gRPC, protobuf, pyarrow, numpy:
-    hundreds of thousands of objects): ~30 % of serve's CPU per received span
-    (benchmarks/README.md, serve). So: everything alive after start-up is frozen out of
-    the collector's walks, and young collections run every 10,000 allocations. Garbage
-    cycles are still collected, a little later; older generations keep their defaults.
-    """
-    gc.collect()
-    gc.freeze()
-    _, older, oldest = gc.get_threshold()
-    gc.set_threshold(GC_YOUNG_THRESHOLD, older, oldest)
 
 
 def serve(args: argparse.Namespace) -> int:

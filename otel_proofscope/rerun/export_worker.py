@@ -44,6 +44,7 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from otel_proofscope.ledger import DropLedger
 from otel_proofscope.otlp.sdk_fields import event_count
 from otel_proofscope.pipeline.fast_otlp import FastOTLPSpanExporter
+from otel_proofscope.pipeline.gc_policy import CollectWhenIdle
 from otel_proofscope.pipeline.privacy import WitnessFilter
 from otel_proofscope.pipeline.processor import BoundedBatchSpanProcessor
 from otel_proofscope.rerun.backlog import PackedBacklog
@@ -60,7 +61,6 @@ from otel_proofscope.rerun.worker import (
     Worker,
     child_pipes,
     shutdown_timeout,
-    tune_gc,
 )
 from otel_proofscope.semconv import DropReason
 
@@ -261,6 +261,12 @@ class ExportWorker(Worker):
         finally:
             self._done.set()
 
+    def activity(self) -> tuple[int, ...]:
+        otlp = self.sinks.otlp
+        exported = otlp.processor.stats.spans if otlp is not None and \
+            otlp.processor is not None else 0
+        return (*super().activity(), exported)
+
     def _tick(self) -> None:
         while not self._done.wait(REPORT_INTERVAL_S):
             self.report(only_if_changed=True)
@@ -272,6 +278,7 @@ class ExportWorker(Worker):
     def handle(self, kind: int, count: int, extra: int, payload: bytes) -> None:
         if kind == CLOSE:
             self.sinks.close_within = extra / 1000
+            self.closing()
             return
         if kind == FLUSH and self.sinks.otlp is not None:
             self._flush_each(count, extra / 1000)
@@ -397,7 +404,7 @@ def main(argv: list[str] | None = None) -> int:
                          queue=max(1, int(config.get("otlp_queue") or DEFAULT_QUEUE)),
                          ledger=ledger)
     worker = ExportWorker(ExportSinks(rerun, otlp, ledger), ledger, report, capacity // 2)
-    tune_gc()
+    worker.collector = CollectWhenIdle(worker.activity).start()
     return worker.run(frames, timeout)
 
 

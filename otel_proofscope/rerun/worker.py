@@ -24,7 +24,6 @@ to a private descriptor and fd 1 points at stderr.
 from __future__ import annotations
 
 import contextlib
-import gc
 import json
 import logging
 import os
@@ -47,6 +46,7 @@ from otel_proofscope.pipeline.deadline import (
     ENV_SHUTDOWN_TIMEOUT,
     parse_timeout,
 )
+from otel_proofscope.pipeline.gc_policy import CollectWhenIdle
 from otel_proofscope.rerun import sink as sinks
 from otel_proofscope.rerun import span_wire
 from otel_proofscope.rerun.process import (
@@ -99,6 +99,17 @@ class Worker:
         self._capacity = capacity
         self._pending = 0  # items submitted to the sink since it was last drained
         self.received = Counts()
+        #: This process's garbage collection (main() starts one); paused for the close.
+        self.collector: CollectWhenIdle | None = None
+
+    def activity(self) -> tuple[int, ...]:
+        """Changes while there is work: frames arriving, batches drawn."""
+        return self.received.spans, self.received.metric_points, self.sink.stats.batches
+
+    def closing(self) -> None:
+        """From here on every second goes to drawing what is left: no collections."""
+        if self.collector is not None:
+            self.collector.pause()
 
     def run(self, frames: BinaryIO, close_timeout_s: float) -> int:
         rc = 0
@@ -118,6 +129,7 @@ class Worker:
             if len(payload) < length:
                 break  # torn frame: the parent counts it (it never finished sending it)
             self.handle(kind, count, extra, payload)
+        self.closing()
         self.sink.close(close_timeout_s)
         self.report(final=True)
         return rc
@@ -206,19 +218,9 @@ def main(argv: list[str] | None = None) -> int:
     ledger = DropLedger()
     sink = RerunSink(target, queue_size=capacity, queue_bytes=sinks.CHILD_QUEUE_BYTES,
                      ledger=ledger)
-    tune_gc()
-    return Worker(sink, ledger, report, capacity // 2).run(frames, timeout)
-
-
-def tune_gc() -> None:
-    """As serve does (cli/serve_cmd.tune_gc, which this layer cannot import): the
-    imported modules (Rerun, pyarrow, numpy) out of the cyclic collector's walks, and
-    young collections every 10,000 allocations rather than 700; unpacking a frame
-    allocates enough to trigger collections that walked that whole heap."""
-    gc.collect()
-    gc.freeze()
-    _, older, oldest = gc.get_threshold()
-    gc.set_threshold(10_000, older, oldest)
+    worker = Worker(sink, ledger, report, capacity // 2)
+    worker.collector = CollectWhenIdle(worker.activity).start()
+    return worker.run(frames, timeout)
 
 
 def child_pipes(what: str) -> tuple[BinaryIO, BinaryIO]:

@@ -1,0 +1,105 @@
+"""The garbage collection of the processes we own (serve, the Rerun worker, the export
+process): off while they work, in full once they are idle, bounded in between."""
+
+from __future__ import annotations
+
+import gc
+import time
+import weakref
+from collections.abc import Iterator
+
+import pytest
+
+from otel_proofscope.pipeline.gc_policy import GC_YOUNG_THRESHOLD, CollectWhenIdle
+
+
+class _Cycle:
+    def __init__(self) -> None:
+        self.me = self
+
+
+@pytest.fixture(autouse=True)
+def _restore_gc() -> Iterator[None]:
+    enabled = gc.isenabled()
+    yield
+    gc.unfreeze()  # start() froze this test process's heap
+    if enabled:
+        gc.enable()
+
+
+def _garbage_cycle() -> weakref.ref[_Cycle]:
+    ref = weakref.ref(_Cycle())
+    assert ref() is not None  # only the collector can free it
+    return ref
+
+
+def _allocate() -> list[object]:
+    return [[i] for i in range(2 * GC_YOUNG_THRESHOLD)]  # enough to be worth a walk
+
+
+def _until(condition: object, timeout_s: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if callable(condition) and condition():
+            return True
+        time.sleep(0.01)
+    return False
+
+
+def test_no_collection_while_busy_and_one_once_idle() -> None:
+    work = [0]
+    collector = CollectWhenIdle(lambda: work[0], tick_s=0.05, max_busy_s=60).start()
+    try:
+        assert not gc.isenabled()
+        cycle = _garbage_cycle()
+        keep = _allocate()
+        busy_until = time.monotonic() + 0.3
+        while time.monotonic() < busy_until:  # busy: the progress moves within every tick
+            work[0] += 1
+            time.sleep(0.002)
+        assert collector.collections == 0 and cycle() is not None
+        assert _until(lambda: cycle() is None)  # idle now: collected
+        assert collector.collections >= 1
+        del keep
+    finally:
+        collector.stop()
+    assert gc.isenabled()
+
+
+def test_a_process_that_is_never_idle_still_collects_after_max_busy() -> None:
+    work = [0]
+    collector = CollectWhenIdle(lambda: work[0], tick_s=0.02, max_busy_s=0.2).start()
+    try:
+        cycle = _garbage_cycle()
+        keep = _allocate()
+        deadline = time.monotonic() + 5
+        while cycle() is not None and time.monotonic() < deadline:
+            work[0] += 1
+            time.sleep(0.005)
+        assert cycle() is None and collector.collections >= 1
+        del keep
+    finally:
+        collector.stop()
+
+
+def test_paused_for_the_close_it_never_collects() -> None:
+    collector = CollectWhenIdle(lambda: 0, tick_s=0.02, max_busy_s=0.05).start()
+    try:
+        collector.pause()
+        cycle = _garbage_cycle()
+        keep = _allocate()
+        time.sleep(0.3)
+        assert collector.collections == 0 and cycle() is not None
+        del keep
+    finally:
+        collector.stop()
+
+
+def test_too_little_allocated_is_not_worth_a_walk() -> None:
+    collector = CollectWhenIdle(lambda: 0, tick_s=0.02).start()
+    try:
+        cycle = _garbage_cycle()  # a handful of objects, far below the threshold
+        time.sleep(0.3)
+        assert collector.collections == 0 and cycle() is not None
+    finally:
+        collector.stop()
