@@ -381,7 +381,7 @@ class RerunSink:
             self._queued_bytes = 0
         for item in lost:
             self._lose_item(item, DropReason.SHUTDOWN)
-        if lost:
+        if sum(i.n for i in lost):  # items whose spans were all refused hold none
             _log.warning("rerun: %d item(s) not sent before the shutdown deadline (%.1f s "
                          "of the bound were left for Rerun)", sum(i.n for i in lost), timeout_s)
         if thread is None:
