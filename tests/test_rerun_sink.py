@@ -314,3 +314,38 @@ def test_a_byte_full_queue_makes_the_receiver_refuse_not_drop(tmp_path: Path) ->
     # Only the refusal is counted (as a refused request): no span was dropped.
     assert DROPS.total() == DROPS.total(signal="otlp_traces_requests", reason="queue_full") == 1
     exporter.shutdown()
+
+
+def test_once_closing_the_sink_draws_in_small_batches(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """A batch still being translated at the deadline is abandoned whole: once close()
+    has begun, queued spans are drawn CLOSING_BATCH at a time, so what the time allowed
+    to translate is sent, not thrown away with one big batch."""
+    sink = RerunSink(parse_target(f"file:{tmp_path / 'c.rrd'}"))
+    sizes: list[tuple[bool, int]] = []
+    hold = threading.Event()
+    real = RerunSink._process
+
+    def process(self: RerunSink, items: list[object]) -> None:
+        sizes.append((self._closed, sum(i.n for i in items)))  # type: ignore[attr-defined]
+        hold.wait(10)  # the first batch blocks, so the rest queue up behind it
+        real(self, items)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(RerunSink, "_process", process)
+    proof = spans(layers=2)  # 3 spans
+    sink.submit_spans(proof)
+    deadline = time.monotonic() + 10
+    while not sizes and time.monotonic() < deadline:
+        time.sleep(0.01)
+    for _ in range(200):  # 600 spans, queued while the first batch is held
+        sink.submit_spans(proof)
+    closer = threading.Thread(target=sink.close, args=(30,))
+    closer.start()
+    while not sink._closed and time.monotonic() < deadline:
+        time.sleep(0.01)
+    hold.set()
+    closer.join(30)
+    after = [n for closing, n in sizes if closing]
+    assert sum(after) == 600 and len(after) >= 600 // sinks.CLOSING_BATCH
+    assert max(after) < sinks.CLOSING_BATCH + len(proof)  # whole items: one may overshoot
+    assert sink.stats.spans_drawn == 603

@@ -85,6 +85,11 @@ DEFAULT_QUEUE_BYTES = 16 * 2**20
 CHILD_QUEUE_BYTES = 128 * 2**20
 #: Spans translated together (one frame, one send per entity).
 MAX_BATCH = 4096
+#: The same once close() has begun: a batch still being translated at the deadline is
+#: abandoned whole, so at the end the batches are small and what was translated in time
+#: is sent (measured in the export process: 1,131 spans of 32 rounds abandoned with the
+#: full-size batches after a 5,050-layer burst).
+CLOSING_BATCH = 128
 
 
 @dataclass(frozen=True)
@@ -486,8 +491,9 @@ class RerunSink:
                     items = [first]
                     if first.kind == "spans":  # coalesce queued span batches into one frame
                         n, size = first.n, first.size
+                        most = CLOSING_BATCH if self._closed else MAX_BATCH
                         while self._queue and self._queue[0].kind == "spans" \
-                                and n < MAX_BATCH and size < self._batch_bytes \
+                                and n < most and size < self._batch_bytes \
                                 and self._queue[0].witness == first.witness:
                             nxt = self._queue.popleft()
                             items.append(nxt)
