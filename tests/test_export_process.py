@@ -8,6 +8,7 @@ import json
 import os
 import signal
 import textwrap
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -319,3 +320,70 @@ def test_a_stuck_child_is_killed_at_the_deadline_and_each_sink_adds_up(
         assert DROPS.total(signal="spans", sink=sink, reason=DropReason.UNCONFIRMED) == 6
         assert DROPS.total(signal="span_events", sink=sink) == 10
     assert DROPS.total() == 2 * (6 + 10)
+
+
+def test_past_the_close_deadline_the_child_counts_frames_unread(tmp_path: Path) -> None:
+    """The parent's CLOSE frame says how long the child has; frames that arrive after
+    that are counted lost (shutdown) without being unpacked, so the child still closes
+    and sends its final report before the parent's kill, which would leave everything
+    it had as unconfirmed."""
+    import io
+
+    from otel_proofscope.rerun import span_wire
+    from otel_proofscope.rerun.export_worker import ExportSinks, ExportWorker, ProgressLedger
+    from otel_proofscope.rerun.process import CLOSE, SPANS
+    from otel_proofscope.rerun.sink import RerunSink, parse_target
+    from tests.test_rerun_process import proof_spans
+
+    ledger = ProgressLedger()
+    sink = RerunSink(parse_target(f"file:{tmp_path / 'late.rrd'}"), ledger=ledger)
+    worker = ExportWorker(ExportSinks(sink, None, ledger), ledger, io.BytesIO(), 1 << 16)
+    proof = proof_spans()
+    payload, _ = span_wire.pack_spans_full(proof)
+    events = sum(len(s.events) for s in proof)
+    try:
+        worker.handle(SPANS, len(proof), events, payload)  # in time: drawn
+        assert worker.sinks.flush(30)
+        worker.handle(CLOSE, 0, 1, b"")  # 1 ms left
+        time.sleep(0.01)
+        worker.handle(SPANS, 7, 21, b"never unpacked")  # garbage: not even looked at
+        assert worker.sinks.close_by is not None
+    finally:
+        worker.sinks.close(10)
+    assert ledger.total(signal="spans", reason=DropReason.SHUTDOWN) == 7
+    assert ledger.total(signal="span_events", reason=DropReason.SHUTDOWN) == 21
+    assert ledger.total(reason=DropReason.INVALID) == 0
+    assert (worker.received.spans, worker.received.span_events) == (len(proof) + 7,
+                                                                    events + 21)
+    assert sink.stats.spans_drawn == len(proof)
+
+
+def test_the_close_frame_goes_ahead_of_the_frames_still_queued(tmp_path: Path) -> None:
+    from otel_proofscope.rerun.export_process import ExportConfig
+    from otel_proofscope.rerun.process import CLOSE, HEADER
+    from tests.test_rerun_process import proof_spans
+
+    exporter = ExportProcessSpanExporter(ExportConfig(rerun_target=f"file:{tmp_path / 'q.rrd'}"),
+                                         shutdown_timeout_s=2)
+    worker = exporter.worker
+    assert exporter.force_flush(20_000)  # the child is up
+    os.kill(worker.proc.pid, signal.SIGSTOP)  # reads nothing: the pipe fills, frames queue
+    try:
+        for i in range(60):
+            exporter.export(proof_spans(layers=40, system=f"s{i}"))
+        deadline = time.monotonic() + 10
+        while worker._queued_bytes == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert worker._queued_bytes > 0, "nothing queued behind the full pipe"
+        closer = threading.Thread(target=exporter.shutdown)
+        closer.start()
+        while not worker._closing and time.monotonic() < deadline:
+            time.sleep(0.01)
+        with worker._cond:
+            frames = [f for f in worker._queue if f is not None]
+            assert HEADER.unpack(frames[0].data[:HEADER.size])[0] == CLOSE
+            assert len(frames) > 1 and worker._queue[-1] is None  # then the data, then EOF
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(worker.proc.pid, signal.SIGCONT)
+    closer.join(30)

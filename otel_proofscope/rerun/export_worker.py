@@ -48,7 +48,7 @@ from otel_proofscope.pipeline.gc_policy import CollectWhenIdle
 from otel_proofscope.pipeline.privacy import WitnessFilter
 from otel_proofscope.pipeline.processor import BoundedBatchSpanProcessor
 from otel_proofscope.rerun.backlog import PackedBacklog
-from otel_proofscope.rerun.process import CLOSE, FLUSH, Counts
+from otel_proofscope.rerun.process import CLOSE, FLUSH, SPANS, SPANS_WITNESS, Counts
 from otel_proofscope.rerun.sink import (
     CHILD_QUEUE_BYTES,
     DEFAULT_QUEUE,
@@ -174,8 +174,9 @@ class ExportSinks:
         self.otlp = otlp
         self.backlog = None if rerun is None else PackedBacklog(rerun, ledger)
         self._no_stats = SinkStats()
-        #: The time the parent said it leaves us to close (a CLOSE frame), if it did.
-        self.close_within: float | None = None
+        #: When the parent said our time is up (``time.monotonic()``, shared by the
+        #: processes of a machine), from a CLOSE frame, if it sent one.
+        self.close_by: float | None = None
 
     @property
     def stats(self) -> SinkStats:
@@ -216,8 +217,8 @@ class ExportSinks:
         return ok
 
     def close(self, timeout_s: float) -> None:
-        if self.close_within is not None:
-            timeout_s = min(timeout_s, self.close_within)
+        if self.close_by is not None:
+            timeout_s = min(timeout_s, max(0.0, self.close_by - time.monotonic()))
         # Side by side: a collector that hangs must not take the Rerun sink's time.
         closer = None
         if self.otlp is not None:
@@ -276,9 +277,17 @@ class ExportWorker(Worker):
         self.sinks.submit_frame(spans, payload, witness)
 
     def handle(self, kind: int, count: int, extra: int, payload: bytes) -> None:
-        if kind == CLOSE:
-            self.sinks.close_within = extra / 1000
+        if kind == CLOSE:  # sent ahead of the frames still queued in the parent
+            self.sinks.close_by = time.monotonic() + extra / 1000
             self.closing()
+            return
+        if kind in (SPANS, SPANS_WITNESS) and self.sinks.close_by is not None \
+                and time.monotonic() >= self.sinks.close_by:
+            # Past our deadline: counted unread, so that the close and the final report
+            # still come before the parent's kill (which would leave all unconfirmed).
+            self.received.spans += count
+            self.received.span_events += extra
+            self._lose_spans(count, extra, DropReason.SHUTDOWN)
             return
         if kind == FLUSH and self.sinks.otlp is not None:
             self._flush_each(count, extra / 1000)
