@@ -64,13 +64,13 @@ def _limits() -> SpanLimits:
 class DeferredEvents(BoundedList):  # type: ignore[type-arg]
     """A ``BoundedList`` of span events some of which are still records (tuples)."""
 
+    # The base's own fields (the SDK leaves them untyped), for the type checker.
+    _dq: deque[Any]
+    _lock: threading.Lock
+
     def __init__(self, maxlen: int | None, limits: SpanLimits, build: Build,
                  record_name: str | None = None) -> None:
-        super().__init__(maxlen)
-        # The base's own fields, declared again for the type checker (the SDK's are
-        # untyped); fresh objects, as nothing has used the base's yet.
-        self._dq: deque[Any] = deque(maxlen=maxlen)
-        self._lock = threading.Lock()
+        super().__init__(maxlen)  # its deque and lock (typed on the class, above)
         self._maxlen = maxlen
         self._build = build
         # The name ``build`` gives every record, when the caller knows it: names are then

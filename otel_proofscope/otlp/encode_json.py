@@ -24,7 +24,7 @@ from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan
 
-from otel_proofscope.otlp.encode import grouped
+from otel_proofscope.otlp.encode import all_str, grouped
 from otel_proofscope.otlp.sdk_fields import events_fields, plain_attributes, span_fields
 
 _log = logging.getLogger(__name__)
@@ -105,7 +105,7 @@ def _attributes(attributes: Mapping[str, Any] | None) -> str:
                 append(head + '{"stringValue":' + _esc(value) + "}}")
             elif vt is int:
                 append(head + '{"intValue":"' + int.__repr__(value) + '"}}')
-            elif vt is tuple and value and all(type(v) is str for v in value):
+            elif vt is tuple and value and all_str(value):
                 append(head + '{"arrayValue":{"values":[{"stringValue":'
                        + '},{"stringValue":'.join(map(_esc, value)) + "}]}}}")
             else:

@@ -25,24 +25,13 @@ import threading
 import time
 from collections.abc import Callable
 
-#: Allocations between young collections (CPython's default is 700), for a process
-#: that keeps the automatic collector (serve).
+#: Containers allocated since the last collection below which another is not worth a
+#: walk (CPython's own young-generation threshold is 700).
 GC_YOUNG_THRESHOLD = 10_000
 #: How often :class:`CollectWhenIdle` looks at the progress.
 IDLE_TICK_S = 0.25
 #: The longest :class:`CollectWhenIdle` lets a busy process go without a collection.
 MAX_BUSY_S = 10.0
-
-
-def tune_gc() -> None:
-    """Make the automatic collector cheap for a process that decodes spans all day:
-    everything alive after start-up (Rerun, gRPC, protobuf, pyarrow, numpy: hundreds of
-    thousands of objects) frozen out of its walks, and young collections every 10,000
-    allocations rather than 700. Garbage cycles are still collected, a little later."""
-    gc.collect()
-    gc.freeze()
-    _, older, oldest = gc.get_threshold()
-    gc.set_threshold(GC_YOUNG_THRESHOLD, older, oldest)
 
 
 class CollectWhenIdle:
