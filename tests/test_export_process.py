@@ -47,6 +47,16 @@ def _route(telemetry: Telemetry) -> MultiSinkBatchSpanProcessor:
     return procs[0]
 
 
+def _started(telemetry: Telemetry) -> Telemetry:
+    """Wait until the export process has started. These tests are about what it does;
+    a real prover's own work overlaps its start-up (~1 s of CPU, 3 s and more on two
+    busy CPUs), which test_a_child_that_never_started_counts_everything_as_shutdown
+    covers."""
+    exporter: Any = _route(telemetry).exporter
+    assert exporter.worker.ready.wait(60), "the export process never started"
+    return telemetry
+
+
 @pytest.fixture
 def env(monkeypatch: pytest.MonkeyPatch) -> Iterator[pytest.MonkeyPatch]:
     monkeypatch.delenv("PROOFSCOPE_EXPORT_PROCESS", raising=False)
@@ -62,8 +72,8 @@ def test_every_span_reaches_the_receiver_intact_and_the_rrd(
     env.setenv("OTEL_EXPORTER_OTLP_HEADERS", "x-tenant=proofs")
     memory = InMemorySpanExporter()
     rrd = tmp_path / "route.rrd"
-    telemetry = configure(rerun=f"file:{rrd}", export_process=True, set_global=False,
-                          service_name="prover-x", span_exporters=[("mem", local(memory))])
+    telemetry = _started(configure(rerun=f"file:{rrd}", export_process=True, set_global=False,
+                          service_name="prover-x", span_exporters=[("mem", local(memory))]))
     route = _route(telemetry)
     assert route.sinks == ("otlp", "rerun")
     assert isinstance(route.exporter, ExportProcessSpanExporter)
@@ -105,7 +115,7 @@ def test_environment_switch_and_otlp_only(env: pytest.MonkeyPatch, tmp_path: Pat
     env.setenv("PROOFSCOPE_EXPORT_PROCESS", "1")
     env.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{port}")
     env.setenv("OTEL_METRICS_EXPORTER", "none")
-    telemetry = configure(set_global=False, out_dir=tmp_path)
+    telemetry = _started(configure(set_global=False, out_dir=tmp_path))
     assert _route(telemetry).sinks == ("otlp",)
     _prove(telemetry)
     report = telemetry.shutdown(timeout_s=20)
@@ -132,8 +142,8 @@ def test_a_dead_collector_is_counted_within_the_bound_and_rerun_still_draws(
     env.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{port}")
     rrd = tmp_path / "dead.rrd"
     bound = 3.0
-    telemetry = configure(rerun=f"file:{rrd}", export_process=True, set_global=False,
-                          shutdown_timeout_s=bound)
+    telemetry = _started(configure(rerun=f"file:{rrd}", export_process=True, set_global=False,
+                          shutdown_timeout_s=bound))
     start = time.perf_counter()
     for _ in range(3):
         _prove(telemetry, layers=5)
@@ -159,8 +169,8 @@ def test_a_killed_child_counts_what_each_sink_did_not_settle(
         grpc_receiver: tuple[_GrpcReceiver, int]) -> None:
     _receiver, port = grpc_receiver
     env.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{port}")
-    telemetry = configure(rerun=f"file:{tmp_path / 'k.rrd'}", export_process=True,
-                          set_global=False)
+    telemetry = _started(configure(rerun=f"file:{tmp_path / 'k.rrd'}", export_process=True,
+                          set_global=False))
     exporter: Any = _route(telemetry).exporter
     _prove(telemetry)
     assert telemetry.force_flush(20)
@@ -183,8 +193,8 @@ def test_witness_events_stay_out_of_otlp_and_are_counted(
         grpc_receiver: tuple[_GrpcReceiver, int]) -> None:
     receiver, port = grpc_receiver
     env.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{port}")
-    telemetry = configure(rerun=f"file:{tmp_path / 'w.rrd'}", export_process=True,
-                          capture_witness=True, set_global=False)
+    telemetry = _started(configure(rerun=f"file:{tmp_path / 'w.rrd'}", export_process=True,
+                          capture_witness=True, set_global=False))
     with telemetry.tracer.proof(system="gkr", layers=1), \
             telemetry.tracer.layer(index=0, kind="MatMul", rounds=1):
         telemetry.tracer.sumcheck_round(0, [1, 2], 3)
@@ -233,6 +243,9 @@ _FORKING_PROVER = textwrap.dedent("""
     if __name__ == "__main__":
         telemetry = configure(rerun="file:" + sys.argv[1], export_process=True,
                               set_global=False)
+        route = [p for p in telemetry.span_processors if hasattr(p, "exporter")
+                 and hasattr(p.exporter, "worker")][0]
+        assert route.exporter.worker.ready.wait(60)  # started, as under a real prover
         ctx = multiprocessing.get_context("fork")
         results = ctx.Queue()
         worker = ctx.Process(target=forked, args=(telemetry, results), daemon=True)
@@ -281,8 +294,8 @@ def test_spans_a_receiver_rejects_are_counted_once_and_not_delivered(
     receiver.rejected = 1  # every response: one span refused (partial success)
     env.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{port}")
     env.setenv("OTEL_METRICS_EXPORTER", "none")
-    telemetry = configure(rerun=f"file:{tmp_path / 'r.rrd'}", export_process=True,
-                          set_global=False)
+    telemetry = _started(configure(rerun=f"file:{tmp_path / 'r.rrd'}", export_process=True,
+                          set_global=False))
     _prove(telemetry)
     report = telemetry.shutdown(timeout_s=20)
     requests = len(receiver.requests)
@@ -298,8 +311,8 @@ def test_a_stuck_child_is_killed_at_the_deadline_and_each_sink_adds_up(
     _receiver, port = grpc_receiver
     env.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{port}")
     env.setenv("OTEL_METRICS_EXPORTER", "none")
-    telemetry = configure(rerun=f"file:{tmp_path / 's.rrd'}", export_process=True,
-                          set_global=False)
+    telemetry = _started(configure(rerun=f"file:{tmp_path / 's.rrd'}", export_process=True,
+                          set_global=False))
     exporter: Any = _route(telemetry).exporter
     _prove(telemetry)
     assert telemetry.force_flush(20)
@@ -387,3 +400,30 @@ def test_the_close_frame_goes_ahead_of_the_frames_still_queued(tmp_path: Path) -
         with contextlib.suppress(ProcessLookupError):
             os.kill(worker.proc.pid, signal.SIGCONT)
     closer.join(30)
+
+
+def test_a_child_that_never_started_counts_everything_as_shutdown(
+        env: pytest.MonkeyPatch, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A short run on a busy machine can end before the child has imported anything:
+    it handled nothing, so what it was sent is lost at shutdown (not 'unconfirmed',
+    which says some may have been delivered), and the warning says why."""
+    slow = tmp_path / "slow-start"
+    slow.mkdir()
+    (slow / "sitecustomize.py").write_text("import time\ntime.sleep(60)\n")
+    env.setenv("PYTHONPATH", os.pathsep.join(p for p in (
+        str(slow), os.environ.get("PYTHONPATH", "")) if p))
+    env.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{_dead_port()}")
+    env.setenv("OTEL_METRICS_EXPORTER", "none")
+    telemetry = configure(rerun=f"file:{tmp_path / 'n.rrd'}", export_process=True,
+                          set_global=False, shutdown_timeout_s=1.0)
+    _prove(telemetry)
+    start = time.monotonic()
+    report = telemetry.shutdown()
+    took = time.monotonic() - start
+    assert took < 3.0
+    for sink in ("otlp", "rerun"):
+        assert report.spans_exported[sink] == 0
+        assert DROPS.total(signal="spans", sink=sink, reason=DropReason.SHUTDOWN) == 4
+        assert DROPS.total(signal="span_events", sink=sink, reason=DropReason.SHUTDOWN) == 6
+    assert DROPS.total(reason=DropReason.UNCONFIRMED) == 0
+    assert "had not started by the shutdown deadline" in caplog.text

@@ -68,8 +68,15 @@ ENV_TIMEOUT = "PROOFSCOPE_SHUTDOWN_TIMEOUT"
 HEADER = struct.Struct("<BIII")
 SPANS, SPANS_WITNESS, METRICS, FLUSH = 1, 2, 3, 4
 #: The time (ms, in the third header field) the child has left to close once the
-#: stream ends; only the export process (rerun/export_worker.py) is sent it.
+#: stream ends, and as payload the parent's deadline itself (``CLOSE_DEADLINE``);
+#: only the export process (rerun/export_worker.py) is sent it.
 CLOSE = 5
+#: A CLOSE frame's payload: the ``time.monotonic()`` by which the child must have sent
+#: its final report. CLOCK_MONOTONIC is one clock for the processes of a machine, so
+#: the child's deadline does not move with how late it reads the frame (a child still
+#: importing at the parent's close read CLOSE 1.4 s late on two busy CPUs, then took
+#: its full share again and was killed with its .rrd unfinished).
+CLOSE_DEADLINE = struct.Struct("<d")
 #: Largest payload the child accepts; a larger length means the stream is corrupt.
 MAX_FRAME = 256 << 20
 #: Encoded bytes queued in the parent before new batches are dropped and counted.
@@ -174,6 +181,8 @@ class RerunWorker:
         self._dead = False  # the child can no longer take frames
         self._gone = False  # the child exited and what it left unsettled is counted
         self._final = False  # the child's final report arrived
+        #: Set by the child's first report: it has started and built its sinks.
+        self.ready = threading.Event()
         self._warned = False
         self.proc = subprocess.Popen(
             list(argv) if argv is not None
@@ -274,9 +283,14 @@ class RerunWorker:
                 # Ahead of the frames still queued: the child learns its deadline now,
                 # not after unpacking them (measured: 8-10 MB queued at the close, read
                 # 1.1-1.4 s later, the child then overran the bound half the time). It
-                # keeps a fifth of the time for its final report to reach us.
-                ms = max(1, min(int(max(timeout_s, 0.0) * 800), 0xFFFFFFFF))
-                self._queue.appendleft(_Frame(HEADER.pack(CLOSE, 0, ms, 0), Counts()))
+                # keeps a fifth of the time, at most 0.25 s, for its final report to
+                # reach us (a line of JSON; a late-started child needs the rest).
+                bound = max(timeout_s, 0.0)
+                share = bound - min(0.2 * bound, 0.25)
+                ms = max(1, min(int(share * 1000), 0xFFFFFFFF))
+                by = CLOSE_DEADLINE.pack(time.monotonic() + share)
+                self._queue.appendleft(_Frame(
+                    HEADER.pack(CLOSE, 0, ms, CLOSE_DEADLINE.size) + by, Counts()))
             self._queue.append(None)
             self._cond.notify()
         self._reader.join(max(0.0, deadline - time.monotonic()))
@@ -362,6 +376,7 @@ class RerunWorker:
             last, self._drawn = self._drawn, (drawn[0], drawn[1])
             TALLY.add(drawn[0] - last[0], drawn[1] - last[1])
             waiter = self._flushes.get(report.get("flush") or -1)
+        self.ready.set()
         for (signal, sink, reason), n in news:
             self._ledger.record(signal, sink, reason, n)
         self._applied_report(report)
@@ -397,7 +412,11 @@ class RerunWorker:
         # lost them; one stopped at the deadline may have delivered some (an OTLP batch
         # sent after its last report), so they are counted apart, as unconfirmed.
         reason = DropReason.SHUTDOWN if self._killed else DropReason.SINK_UNAVAILABLE
-        in_child = DropReason.UNCONFIRMED if self._killed else DropReason.SINK_UNAVAILABLE
+        # A child stopped before its first report was still starting: it handled
+        # nothing, so nothing it was sent can have been delivered.
+        started = self.ready.is_set()
+        in_child = (DropReason.UNCONFIRMED if started else DropReason.SHUTDOWN) \
+            if self._killed else DropReason.SINK_UNAVAILABLE
         for sink, sink_lost in lost_by_sink.items():
             _lose(self._ledger, Counts(sink_lost.spans, sink_lost.span_events, 0), in_child,
                   (sink,))
@@ -412,16 +431,21 @@ class RerunWorker:
         if not expected and not self._warned:
             self._warned = True
             rc = self.proc.poll()
-            unconfirmed = max(c.spans for c in lost_by_sink.values()) if self._killed else 0
+            unconfirmed = max(c.spans for c in lost_by_sink.values()) \
+                if self._killed and started else 0
+            how = "died"
+            if self._killed:
+                how = "was stopped at the shutdown deadline" if started else \
+                    "had not started by the shutdown deadline (a busy machine: its " \
+                    "start-up takes ~1 s of CPU)"
             _log.warning("%s for %s %s (exit status %s); %d span(s) "
                          "and %d metric point(s) it had not drawn, and any sent later, are "
                          "dropped and counted in proofscope.dropped%s; %s", self.label,
-                         self.target.name,
-                         "was stopped at the shutdown deadline" if self._killed else "died",
+                         self.target.name, how,
                          rc, lost.spans, lost.metric_points,
                          f" ({unconfirmed} span(s) of them as unconfirmed: the process had "
                          "them and may have delivered some)" if unconfirmed else "",
-                         "in every sink it served" if len(self.span_sinks) > 1
+                         "in every sink it served" if self.span_sinks != (LEDGER_SINK,)
                          else "OTLP export is unaffected")
 
 
