@@ -34,7 +34,7 @@ import logging
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, BinaryIO
 
 from opentelemetry.sdk.metrics.export import MetricsData
@@ -241,12 +241,17 @@ class ExportSinks:
         self.backlog.close(timeout_s / 2)
         self.rerun.close(max(0.0, deadline - time.monotonic()))
 
-    def close(self, timeout_s: float) -> None:
+    def close(self, timeout_s: float,
+              on_rerun_closed: Callable[[], None] | None = None) -> None:
+        """The view and OTLP side by side, within ``close_by``; ``on_rerun_closed``
+        runs once the view is finished, before waiting on OTLP."""
         if self.close_by is not None:
             timeout_s = min(timeout_s, max(0.0, self.close_by - time.monotonic()))
         deadline = time.monotonic() + timeout_s
         closer = self.close_otlp_async(timeout_s)
         self.close_rerun(timeout_s)
+        if on_rerun_closed is not None and self.rerun is not None:
+            on_rerun_closed()
         if closer is not None:
             closer.join(max(0.0, deadline - time.monotonic()) + 0.1)
 
@@ -337,17 +342,11 @@ class ExportWorker(Worker):
         """The view first, then OTLP with what is left: the .rrd is finished and its
         spans reported settled while a dead or silent collector still holds the OTLP
         close, so a kill at the parent's deadline can cost OTLP only."""
-        sinks = self.sinks
-        if sinks.close_by is not None:
-            timeout_s = min(timeout_s, max(0.0, sinks.close_by - time.monotonic()))
-        deadline = time.monotonic() + timeout_s
-        closer = sinks.close_otlp_async(timeout_s)
-        sinks.close_rerun(timeout_s)
-        if sinks.rerun is not None:
-            self._settle_rerun()
-            self.report(only_if_changed=True)
-        if closer is not None:
-            closer.join(max(0.0, deadline - time.monotonic()) + 0.1)
+        self.sinks.close(timeout_s, on_rerun_closed=self._report_rerun_settled)
+
+    def _report_rerun_settled(self) -> None:
+        self._settle_rerun()
+        self.report(only_if_changed=True)
 
     def _settle_rerun(self) -> None:
         """What the Rerun sink was given is drawn or counted lost (after its flush or
