@@ -8,8 +8,10 @@ named; one at ``OUT/proofscope.rrd`` had the recording written over its target.
 
 * :func:`open_output` opens with ``O_NOFOLLOW`` (the last component may not be a link)
   and ``O_NONBLOCK`` (a planted FIFO cannot hang the open), then requires a regular
-  file: a link, a FIFO or a device is refused with an :class:`UnsafeOutputError`
-  naming the path.
+  file (or a character device named on purpose, such as ``/dev/null``): a link, a
+  FIFO, a socket or a folder is refused with an :class:`UnsafeOutputError` naming the
+  path. Append-only files (``traces.jsonl``) cannot be created ``O_EXCL``: several
+  processes of one job may share them by design.
 * :func:`refuse_link` checks a path that a library opens itself (Rerun's ``.rrd``
   writer, the upstream metrics file exporter). A link planted between the check and
   that library's open is still followed: the remaining race, closed only where we
@@ -43,20 +45,22 @@ def _describe_link(path: str | os.PathLike[str]) -> str:
 
 
 def refuse_link(path: str | os.PathLike[str], what: str = "output file") -> None:
-    """Raise :class:`UnsafeOutputError` when ``path`` is a symbolic link or exists and
-    is not a regular file."""
+    """Raise :class:`UnsafeOutputError` when ``path`` is a symbolic link. A path that
+    does not exist (or sits under a file) passes: its writer reports that failure."""
     try:
         st = os.lstat(path)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return
     if stat.S_ISLNK(st.st_mode):
         raise UnsafeOutputError(
             errno.ELOOP, f"refusing to write {what} {os.fspath(path)!r}: it is a symbolic "
             f"link{_describe_link(path)}; remove it or choose another path")
-    if not stat.S_ISREG(st.st_mode):
-        raise UnsafeOutputError(
-            errno.EINVAL, f"refusing to write {what} {os.fspath(path)!r}: it exists and is "
-            "not a regular file")
+
+
+def _writable_kind(mode: int) -> bool:
+    # A regular file, or a character device a user names on purpose (/dev/null,
+    # /dev/full); a FIFO, socket or folder planted at the path is refused.
+    return stat.S_ISREG(mode) or stat.S_ISCHR(mode)
 
 
 def open_output_fd(path: str | os.PathLike[str], *, append: bool,
@@ -74,12 +78,13 @@ def open_output_fd(path: str | os.PathLike[str], *, append: bool,
                                 f"cannot write {what} {os.fspath(path)!r}: "
                                 f"{exc.strerror or exc}") from exc
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        mode = os.fstat(fd).st_mode
+        if not _writable_kind(mode):
             raise UnsafeOutputError(
                 errno.EINVAL, f"refusing to write {what} {os.fspath(path)!r}: it exists "
                 "and is not a regular file")
-        if not append:
-            os.ftruncate(fd, 0)  # only now: a FIFO or device was never truncated
+        if not append and stat.S_ISREG(mode):
+            os.ftruncate(fd, 0)  # only now: a FIFO was never truncated
         # Blocking writes from here on (O_NONBLOCK only guarded the open).
         fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
     except BaseException:
