@@ -160,18 +160,21 @@ def _our_rounds(s: ReadableSpan) -> DeferredEvents | None:
     return deferred
 
 
-def _times_fit(rec: tuple[Any, ...]) -> bool:
+def _times_fit(rec: tuple[Any, ...], _max: int = U64_MAX, _int: type = int) -> bool:
     """Whether a record's start, end and event times are integer nanoseconds in
-    ``[0, 2**64)`` (0: unset), what OTLP and the view can carry (otlp/times.py)."""
+    ``[0, 2**64)`` (0: unset), what OTLP and the view can carry (otlp/times.py).
+
+    0.65 µs for a span of 8 events against 10.4 µs to pack it (benchmarks/README,
+    issue 28; ~6 %): one comparison chain per event, the round check only off the good path
+    (an unbuilt round's second item is its attribute limit, a small int that passes)."""
     start, end = rec[5], rec[6]
-    if (type(start) is not int or type(end) is not int or start < 0 or end < 0
-            or start > U64_MAX or end > U64_MAX):
+    if (type(start) is not _int or type(end) is not _int or not 0 <= start <= _max
+            or not 0 <= end <= _max):
         return False
     for ev in rec[10]:
-        if type(ev[0]) is tuple:  # an unbuilt round: its time is the prover's clock
-            continue
         t = ev[1]
-        if t and (type(t) is not int or t < 0 or t > U64_MAX):
+        # None or 0 is "unset"; an unbuilt round's time is the prover's clock.
+        if (type(t) is not _int or not 0 <= t <= _max) and t and type(ev[0]) is not tuple:
             return False
     return True
 
