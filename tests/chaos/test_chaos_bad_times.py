@@ -163,3 +163,41 @@ def test_configure_report_names_the_refused_span(tmp_path: Path) -> None:
     assert "  1 spans → file (invalid)" in report.lines()
     lines = (tmp_path / "traces.jsonl").read_text().splitlines()
     assert sum(len(_names_json(line)) for line in lines) == 50
+
+
+def test_export_process_delivers_fifty_and_counts_one(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """The export process: the span is refused where it is packed (span_wire), in the
+    prover's process, and counted under the sinks the child serves."""
+    from concurrent import futures
+
+    import grpc
+    from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
+
+    from otel_proofscope.ledger import DROPS
+    from otel_proofscope.setup import configure
+
+    receiver = _GrpcReceiver()
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(receiver, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{port}")
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "otlp")
+    monkeypatch.setenv("OTEL_METRICS_EXPORTER", "none")
+    try:
+        telemetry = configure(out_dir=tmp_path, rerun="off", export_process=True,
+                              set_global=False, handle_sigterm=False, shutdown_timeout_s=20)
+        tracer = telemetry.tracer_provider.get_tracer("t")
+        for i in range(50):
+            with tracer.start_as_current_span(f"s{i}"):
+                pass
+        tracer.start_span("bad", start_time=-5).end()
+        report = telemetry.shutdown()
+    finally:
+        server.stop(0)
+    names = [s.name for req in receiver.requests for rs in req.resource_spans
+             for ss in rs.scope_spans for s in ss.spans]
+    assert len(names) == 50 and "bad" not in names, report.lines()
+    assert DROPS.total(signal="spans", sink="otlp", reason="invalid") == 1
+    assert report.spans_exported["otlp"] == 50
