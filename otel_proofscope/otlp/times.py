@@ -25,13 +25,14 @@ class InvalidSpan(ValueError):
 def time_ok(value: Any) -> bool:
     """Whether ``value`` is unset (None, 0) or integer nanoseconds in ``[0, 2**64)``."""
     if not value:
-        return value is None or value == 0
-    if type(value) is not int:
-        try:
-            value = operator.index(value)  # numpy integers; never a float
-        except TypeError:
-            return False
-    return 0 <= value <= U64_MAX
+        return bool(value is None or value == 0)
+    if type(value) is int:
+        return 0 <= value <= U64_MAX
+    try:
+        checked = operator.index(value)  # numpy integers; never a float
+    except TypeError:
+        return False
+    return 0 <= checked <= U64_MAX
 
 
 def check_times(name: Any, start: Any, end: Any, event_times: Iterable[Any] = ()) -> None:

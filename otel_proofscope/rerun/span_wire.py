@@ -160,7 +160,7 @@ def _our_rounds(s: ReadableSpan) -> DeferredEvents | None:
     return deferred
 
 
-def _times_fit(rec: tuple[Any, ...], _max: int = U64_MAX, _int: type = int) -> bool:
+def _times_fit(rec: tuple[Any, ...], _max: int = U64_MAX, _int: Any = int) -> bool:
     """Whether a record's start, end and event times are integer nanoseconds in
     ``[0, 2**64)`` (0: unset), what OTLP and the view can carry (otlp/times.py).
 
