@@ -4,15 +4,21 @@ One ledger per process (``DROPS``). Each loss is counted exactly under
 (signal, sink, reason); the ``proofscope.dropped`` observable counter reads the ledger,
 a rate-limited log line reports the running total, and the exit summary prints it, so
 the three always agree with each other.
+
+A process may configure more than one pipeline (one after another, or a test suite);
+each pipeline's report counts only its own share: :meth:`DropLedger.mark` when it is
+configured, :meth:`DropLedger.since` that mark (less what another pipeline claims) when
+it reports.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from otel_proofscope.semconv import DISPLAY_CAPS, DROP_REASON_NOTES, Attr, DropReason
 
@@ -31,6 +37,23 @@ class DropKey:
             Attr.PROOFSCOPE_SINK: self.sink,
             Attr.REASON: self.reason,
         }
+
+
+@dataclass(frozen=True)
+class LedgerMark:
+    """The ledger's counts at one moment (:meth:`DropLedger.mark`)."""
+
+    counts: Mapping[DropKey, int] = field(default_factory=dict)
+    not_drawn: Mapping[DropKey, int] = field(default_factory=dict)
+
+
+def _minus(now: Mapping[DropKey, int], *parts: Mapping[DropKey, int]) -> dict[DropKey, int]:
+    out = {}
+    for key, n in now.items():
+        left = n - sum(p.get(key, 0) for p in parts)
+        if left > 0:
+            out[key] = left
+    return out
 
 
 class DropLedger:
@@ -88,6 +111,32 @@ class DropLedger:
             self._counts.clear()
             self._not_drawn.clear()
             self._last_log = -float("inf")
+
+    def mark(self) -> LedgerMark:
+        """The counts now, for :meth:`since`."""
+        with self._lock:
+            return LedgerMark(dict(self._counts), dict(self._not_drawn))
+
+    @classmethod
+    def holding(cls, counts: Mapping[DropKey, int],
+                not_drawn: Mapping[DropKey, int] | None = None) -> DropLedger:
+        """A ledger that holds ``counts`` (a report's share; it never logs)."""
+        view = cls(log_interval_s=math.inf)
+        view._counts = {k: n for k, n in counts.items() if n > 0}
+        view._not_drawn = {k: n for k, n in (not_drawn or {}).items() if n > 0}
+        return view
+
+    def since(self, mark: LedgerMark, less: Mapping[DropKey, int] | None = None,
+              ) -> DropLedger:
+        """A new ledger holding what was recorded after ``mark``, less ``less`` (losses
+        another pipeline claims as its own): one pipeline's share of a process ledger.
+        It never logs; its totals and summary lines are the share's."""
+        with self._lock:
+            counts, not_drawn = dict(self._counts), dict(self._not_drawn)
+        view = DropLedger.holding(_minus(counts, mark.counts, less or {}),
+                                  _minus(not_drawn, mark.not_drawn))
+        view.name = self.name
+        return view
 
     def summary_lines(self) -> list[str]:
         snap = self.snapshot()

@@ -97,10 +97,14 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from otel_proofscope.cli.outputs import start_fresh
+    from otel_proofscope.cli.outputs import check_outputs, start_fresh
     from otel_proofscope.demo.runner import BackendUnavailableError, DemoOptions, run_demo
 
     if args.telemetry:
+        problem = check_outputs(args.out, args.rerun)
+        if problem:
+            print(f"proofscope demo: {problem}", file=sys.stderr)
+            return 2
         start_fresh(args.out)  # this run's files only, like its recording
 
     with progress_reporter(args.layers) as progress:

@@ -23,8 +23,9 @@ unless --absolute. So two runs of the same configuration do not fail a build, ev
 a busy machine.
 
 Exit status: 0 nothing slower, 1 something slower (named on stderr), 2 bad input
-(file and line on stderr). A bad line inside a file is reported and counted and the
-rest is compared.
+(file and line on stderr): also a run without proofs against one with proofs, two runs
+with no group in common, and an input over the size caps (a line over 64 MiB, a file
+over 2 GiB). A bad line inside a file is reported and counted and the rest is compared.
 """
 
 EPILOG = """\
@@ -133,6 +134,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"proofscope diff: bad input: nothing to compare by "
               f"{', '.join(b.value for b in result.by)} in {base.source} and "
               f"{candidate.source} (try --by span)", file=sys.stderr)
+        return 2
+    problem = report.unusable(result)
+    if problem:  # a run without proofs, or nothing in common: never a silent pass
+        print(f"proofscope diff: bad input: {problem}", file=sys.stderr)
         return 2
     for role, side in (("base", result.base), ("candidate", result.candidate)):
         for note in render.input_notes(side, role):

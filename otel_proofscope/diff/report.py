@@ -178,3 +178,32 @@ def build(base: TraceFile, candidate: TraceFile, settings: Settings = Settings()
             for g in groups]
     rows.sort(key=_order)
     return Report(Side(base, sb), Side(candidate, sc), settings, tuple(by), rows, d)
+
+
+def unusable(result: Report) -> str | None:
+    """Why ``result`` cannot be a verdict (the CLI exits 2), or None.
+
+    A run without proofs must never pass as "nothing slower": a candidate whose only
+    span was named ``other`` against a 6-proof base used to exit 0 with every group
+    "too few samples", so a CI gate passed a prover that proved nothing.
+
+    * one side follows the span contract (holds ``proof`` spans) and the other holds
+      none: that side proved nothing the other can be compared with;
+    * no group has a sample on both sides: the runs have nothing in common.
+    """
+    sides = (("base", result.base), ("candidate", result.candidate))
+    contract = {role: side.samples.contract for role, side in sides}
+    if contract["base"] != contract["candidate"]:
+        role, side = next((r, s) for r, s in sides if not contract[r])
+        other = next(s for r, s in sides if r != role)
+        names = sorted({s.name for s in side.file.spans})
+        shown = ", ".join(repr(n) for n in names[:5]) + (", …" if len(names) > 5 else "")
+        return (f"{role} {side.file.source} holds no proofs (no 'proof' span; "
+                f"{len(side.file.spans)} span(s) named {shown}) while "
+                f"{other.file.source} holds {other.proofs}: a run without proofs cannot "
+                f"pass")
+    if not any(r.result.base.count and r.result.candidate.count for r in result.rows):
+        return (f"{result.base.file.source} and {result.candidate.file.source} have no "
+                f"group in common by {', '.join(b.value for b in result.by)}: nothing to "
+                f"compare")
+    return None

@@ -22,6 +22,7 @@ it with ``send_columns``, one call per entity.
 
 from __future__ import annotations
 
+import os
 import statistics
 import uuid
 from collections import Counter
@@ -32,6 +33,7 @@ import numpy as np
 
 from otel_proofscope.diff.samples import Proof
 from otel_proofscope.diff.traces import SpanRecord
+from otel_proofscope.pipeline.output_files import open_output_fd
 from otel_proofscope.semconv import SpanName
 
 #: The recording's timeline (a duration here, not a timestamp: see the module doc).
@@ -182,6 +184,9 @@ def write(target: str, views: list[RunView], summary_md: str) -> str:
         rrb.TimePanel(timeline=PROOF_TIME))
     if t.kind == "file":
         Path(t.path).parent.mkdir(parents=True, exist_ok=True)
+        # Refuses a link or a non-file planted at the path (Rerun would follow it); one
+        # planted between here and Rerun's own open is the race that remains.
+        os.close(open_output_fd(t.path, append=False, what="diff recording"))
         rec.save(t.path, default_blueprint=blueprint)
         where = f"file:{t.path}"
     elif t.kind == "spawn":

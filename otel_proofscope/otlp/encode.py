@@ -20,11 +20,12 @@ import itertools
 import logging
 import struct
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 from opentelemetry.sdk.trace import ReadableSpan
 
 from otel_proofscope.otlp.sdk_fields import events_fields, plain_attributes, span_fields
+from otel_proofscope.otlp.times import InvalidSpan, check_times
 
 _log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -438,10 +439,14 @@ _STATUS: dict[tuple[Any, str | None], bytes] = {}
 _KIND = _build_kind_table()
 
 
-def grouped(spans: Sequence[ReadableSpan],
-            encode: Callable[[ReadableSpan], T]) -> dict[Any, dict[Any, list[T]]]:
+def grouped(spans: Sequence[ReadableSpan], encode: Callable[[ReadableSpan], T],
+            refused: list[ReadableSpan] | None = None) -> dict[Any, dict[Any, list[T]]]:
     """``encode(span)`` of every span, grouped by resource, then instrumentation scope
-    (``None`` for none), in first-seen order, as the official encoders group them."""
+    (``None`` for none), in first-seen order, as the official encoders group them.
+
+    A span ``encode`` refuses (:class:`InvalidSpan`: a time OTLP cannot carry) is left
+    out and appended to ``refused`` for the caller to count; the rest of the batch is
+    encoded as if it had not been there."""
     # The same (equality-based) keys as the official encoders; identity checks first so
     # the costly Resource hash runs once per distinct object.
     groups: dict[Any, dict[Any, list[T]]] = {}
@@ -449,25 +454,49 @@ def grouped(spans: Sequence[ReadableSpan],
     last_scope: Any = object()
     current: list[T] = []
     for span in spans:
+        try:
+            encoded = encode(span)
+        except InvalidSpan as error:
+            if refused is not None:
+                refused.append(span)
+            _log.debug("span refused: %s", error)
+            continue
         resource = span.resource
         scope = span.instrumentation_scope
         if resource is not last_resource or scope is not last_scope:
             current = groups.setdefault(resource, {}).setdefault(scope or None, [])
             last_resource, last_scope = resource, scope
-        current.append(encode(span))
+        current.append(encoded)
     return groups
 
 
 def _span_field(span: ReadableSpan) -> bytes:
-    body = _encode_span(span)
+    try:
+        body = _encode_span(span)
+    except struct.error:
+        # Only the fixed64 times are packed with struct: free on the good path, and the
+        # check names the culprit when one did not fit.
+        _refuse(span)
     n = len(body)
     return b"\x12" + (_VT[n] if n < _VARINT_TABLE_SIZE else _varint_slow(n)) + body
 
 
-def encode_export_request(spans: Sequence[ReadableSpan]) -> bytes:
+def _refuse(span: ReadableSpan) -> NoReturn:
+    """Raise :class:`InvalidSpan` naming the time of ``span`` that OTLP cannot carry."""
+    fields = span_fields(span, deferred=True)
+    check_times(fields[2], fields[4], fields[5],
+                [ts for _, ts, _, _ in events_fields(fields[9])])
+    raise InvalidSpan(f"span {fields[2]!r} could not be encoded")
+
+
+def encode_export_request(spans: Sequence[ReadableSpan],
+                          refused: list[ReadableSpan] | None = None) -> bytes:
     """Serialized ``ExportTraceServiceRequest`` for ``spans``, grouped by resource, then
-    instrumentation scope, in first-seen order (as the official encoder groups them)."""
-    groups = grouped(spans, _span_field)
+    instrumentation scope, in first-seen order (as the official encoder groups them).
+
+    A span with a time OTLP cannot carry is left out (appended to ``refused``, for the
+    caller to count); b"" when no span is left."""
+    groups = grouped(spans, _span_field, refused)
 
     out: list[bytes] = []
     for resource, by_scope in groups.items():

@@ -26,6 +26,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 
 from otel_proofscope.otlp.encode import all_str, grouped
 from otel_proofscope.otlp.sdk_fields import events_fields, plain_attributes, span_fields
+from otel_proofscope.otlp.times import U64_MAX, InvalidSpan, check_times, ns
 
 _log = logging.getLogger(__name__)
 
@@ -139,15 +140,23 @@ def _span(span: ReadableSpan) -> str:
     if name:
         parts.append('"name":' + _esc(name))
     parts.append(_KIND[kind])  # SpanKind.INTERNAL (0) is SPAN_KIND_INTERNAL (1)
+    # JSON would write any integer (or a float): the range OTLP allows is checked here,
+    # the span refused alone when a time falls outside it (see otlp/times.py).
     if start:
+        if type(start) is not int or not 0 <= start <= U64_MAX:
+            start = _checked(span, start)
         parts.append('"startTimeUnixNano":"' + int.__repr__(start) + '"')
     if end:
+        if type(end) is not int or not 0 <= end <= U64_MAX:
+            end = _checked(span, end)
         parts.append('"endTimeUnixNano":"' + int.__repr__(end) + '"')
     _add_attributes(parts, attrs, dropped_attrs)
     json_events = []
     for ev_name, ts, ev_attrs, ev_dropped in events_fields(events):
         ev = []
         if ts:
+            if type(ts) is not int or not 0 <= ts <= U64_MAX:
+                ts = _checked(span, ts)
             ev.append('"timeUnixNano":"' + int.__repr__(ts) + '"')
         if ev_name:
             ev.append('"name":' + _esc(ev_name))
@@ -171,6 +180,21 @@ def _span(span: ReadableSpan) -> str:
             st.append('"code":' + int.__repr__(status.status_code.value))
         parts.append('"status":{' + ",".join(st) + "}")
     return ",".join(parts) + "}"
+
+
+def _checked(span: ReadableSpan, value: Any) -> int:
+    """``value`` as an int when it is a time OTLP can carry (a numpy integer), else
+    :class:`InvalidSpan` naming the span's bad time."""
+    try:
+        checked = ns(value)
+    except TypeError:
+        checked = -1
+    if 0 <= checked <= U64_MAX:
+        return checked
+    fields = span_fields(span, deferred=True)
+    check_times(fields[2], fields[4], fields[5],
+                [ts for _, ts, _, _ in events_fields(fields[9])])
+    raise InvalidSpan(f"span {fields[2]!r}: time {value!r} cannot be written")
 
 
 def _link(link: Any) -> str:
@@ -205,11 +229,13 @@ def _build_kinds() -> dict[Any, str]:
 _KIND = _build_kinds()
 
 
-def encode_json_line(spans: Sequence[ReadableSpan]) -> str | None:
+def encode_json_line(spans: Sequence[ReadableSpan],
+                     refused: list[ReadableSpan] | None = None) -> str | None:
     """One JSON line (with its newline) for ``spans``, as the upstream file exporter
     writes it: grouped by resource, then scope, in first-seen order; None when there is
-    nothing to write."""
-    groups = grouped(spans, _span)
+    nothing to write. A span with a time OTLP cannot carry is left out (appended to
+    ``refused``, for the caller to count)."""
+    groups = grouped(spans, _span, refused)
     if not groups:
         return None
     resource_spans = []

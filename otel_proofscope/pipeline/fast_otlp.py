@@ -30,6 +30,7 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from otel_proofscope.ledger import DROPS, DropLedger
 from otel_proofscope.otlp.encode import encode_export_request
+from otel_proofscope.pipeline.invalid_spans import count_invalid
 from otel_proofscope.semconv import DropReason
 
 __all__ = ["FastOTLPSpanExporter", "encode_export_request"]
@@ -213,7 +214,9 @@ class FastOTLPSpanExporter(SpanExporter):
     ``export`` never takes longer than ``timeout`` seconds, retries included, and
     returns FAILURE for a batch it could not deliver (the caller counts it as lost).
     Spans a receiver rejects in a partial-success response were delivered and refused,
-    so they are recorded here, in ``ledger`` under reason ``invalid``.
+    so they are recorded here, in ``ledger`` under reason ``invalid``; so is a span
+    with a time OTLP cannot carry, refused alone before sending (the rest of its batch
+    is sent).
     """
 
     def __init__(
@@ -254,6 +257,7 @@ class FastOTLPSpanExporter(SpanExporter):
         self._ledger = ledger
         self._stop = threading.Event()
         self._closed = False
+        self._warned_invalid = False
         self._transport: _GrpcTransport | _HttpTransport = (
             _GrpcTransport(endpoint, insecure, merged, compression)
             if self.protocol == "grpc" else _HttpTransport(endpoint, merged, compression))
@@ -263,11 +267,15 @@ class FastOTLPSpanExporter(SpanExporter):
         if self._closed:
             return SpanExportResult.FAILURE
         deadline = time.monotonic() + self.timeout
+        refused: list[ReadableSpan] = []
         try:
-            body = encode_export_request(spans)
+            body = encode_export_request(spans, refused)
         except Exception as error:
             _log.error("failed to encode %d span(s) for OTLP: %r", len(spans), error)
             return SpanExportResult.FAILURE
+        if not body:  # every span refused: nothing to send
+            self._count_refused(refused)
+            return SpanExportResult.SUCCESS
         attempt_no = 0
         while True:
             remaining = deadline - time.monotonic()
@@ -277,6 +285,7 @@ class FastOTLPSpanExporter(SpanExporter):
                 return SpanExportResult.FAILURE
             attempt = self._transport.send(body, remaining)
             if attempt.ok:
+                self._count_refused(refused)
                 self._partial_success(attempt.response)
                 return SpanExportResult.SUCCESS
             if not attempt.retryable or self._stop.is_set():
@@ -297,6 +306,14 @@ class FastOTLPSpanExporter(SpanExporter):
                        attempt.detail, backoff)
             if self._stop.wait(backoff):
                 return SpanExportResult.FAILURE
+
+    def _count_refused(self, refused: list[ReadableSpan]) -> None:
+        # Counted only with a SUCCESS: on FAILURE the processor counts the whole batch
+        # as lost (export_failed), these spans included; counting them here too would
+        # count them twice.
+        if refused:
+            count_invalid(refused, self._sink, self._ledger, self._warned_invalid)
+            self._warned_invalid = True
 
     def _partial_success(self, raw: bytes | None) -> None:
         if not raw:

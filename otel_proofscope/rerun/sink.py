@@ -44,6 +44,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from otel_proofscope.ledger import DROPS, DropLedger
 from otel_proofscope.otlp.sdk_fields import event_count
 from otel_proofscope.pipeline.forking import after_fork_in_child
+from otel_proofscope.pipeline.output_files import UnsafeOutputError, open_output_fd
 from otel_proofscope.pipeline.processor import estimate_bytes
 from otel_proofscope.rerun import blueprint, exit_guard, span_guard
 from otel_proofscope.rerun.columns import Frame, Send
@@ -680,6 +681,18 @@ class RerunSink:
         path = Path(self.target.path)
         path.parent.mkdir(parents=True, exist_ok=True)
         path = self._claim(path)
+        # Rerun opens the file itself, by name, and follows a link: check once more that
+        # the name is still the regular file claimed (no link planted since). A link
+        # planted between this check and Rerun's open is the race that remains.
+        fd = self._file_lock
+        if fd is not None:
+            try:
+                same = os.path.samestat(os.fstat(fd), os.lstat(path))
+            except OSError:
+                same = False
+            if not same:
+                raise UnsafeOutputError(f"refusing to write recording {str(path)!r}: it was "
+                                        "replaced (a link?) after it was opened")
         self._recording().save(path, default_blueprint=blueprint.build())
         return None
 
@@ -690,8 +703,9 @@ class RerunSink:
         file named after its pid instead, and says so once."""
         fallback = path.with_name(f"{path.stem}-{os.getpid()}{path.suffix}")
         for candidate in (path, fallback):
-            # Fails here, clearly, when the file cannot be written at all.
-            fd = os.open(candidate, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            # Fails here, clearly, when the file cannot be written at all, and refuses a
+            # symbolic link or anything but a regular file planted at the path.
+            fd = open_output_fd(candidate, append=True, what="recording")
             if fcntl is not None:
                 try:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

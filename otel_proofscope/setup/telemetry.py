@@ -1,11 +1,22 @@
 """The handle :func:`otel_proofscope.setup.configure` returns: flush, bounded shutdown,
-the exit report, and the GPU sampler, all over the providers and sinks it built."""
+the exit report, and the GPU sampler, all over the providers and sinks it built.
+
+Each pipeline's report counts its own losses. The drop ledger is process-wide, so a
+pipeline marks it when configured and reports what was recorded since, less what other
+pipelines lost after their own shutdown (a span ended on a closed pipeline's tracer is
+that pipeline's loss, counted by its processors). A second ``shutdown()`` returns the
+report again with what the pipeline lost since the first (a proof made after shutdown
+is dropped and used to be reported by nobody, or by the next pipeline as its own).
+Pipelines running side by side in one process still share the losses each records
+while both are open.
+"""
 
 from __future__ import annotations
 
 import logging
 import threading
 import time
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -14,7 +25,14 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.trace import TracerProvider
 
 from otel_proofscope.instrumentation import ProofTracer
-from otel_proofscope.ledger import DROPS, REJECTIONS, DropLedger, RejectionLedger
+from otel_proofscope.ledger import (
+    DROPS,
+    REJECTIONS,
+    DropKey,
+    DropLedger,
+    LedgerMark,
+    RejectionLedger,
+)
 from otel_proofscope.pipeline.deadline import set_shutdown_deadline
 from otel_proofscope.pipeline.metric_export import CountingMetricExporter, SinkMetricReader
 from otel_proofscope.pipeline.privacy import WitnessFilter
@@ -88,6 +106,68 @@ class Telemetry:
     _sink_readers: list[SinkMetricReader] = field(default_factory=list)
     _report: ShutdownReport | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    #: The ledgers when this pipeline was configured (see the module docstring).
+    _mark: LedgerMark = field(default_factory=LedgerMark)
+    _rejections_mark: int = 0
+    #: Other pipelines' losses after their shutdown, as they stood at our mark.
+    _others_at_mark: list[tuple[weakref.ref[Telemetry], dict[DropKey, int]]] = field(
+        default_factory=list)
+    #: Per processor, (spans, events) it had lost when the first report was made.
+    _lost_at_report: dict[int, tuple[int, int]] | None = None
+    #: This pipeline's share of the ledger at its first report.
+    _own_at_report: DropLedger | None = None
+
+    def __post_init__(self) -> None:
+        self._mark = self.ledger.mark()
+        self._rejections_mark = self.rejections.total()
+        alive = [r for r in _PIPELINES if r() is not None]
+        self._others_at_mark = [(r, t.late_losses()) for r in alive
+                                if (t := r()) is not None]
+        _PIPELINES[:] = [*alive, weakref.ref(self)]
+
+    def late_losses(self) -> dict[DropKey, int]:
+        """What this pipeline's processors lost after its first report: spans ended on
+        its tracer after shutdown (reason ``shutdown``), per sink."""
+        before = self._lost_at_report
+        if before is None:
+            return {}
+        out: dict[DropKey, int] = {}
+        for p in self.span_processors:
+            spans0, events0 = before.get(id(p), (0, 0))
+            with p.stats.lock:
+                spans, events = p.stats.lost_spans - spans0, p.stats.lost_events - events0
+            for sink in getattr(p, "sinks", (p.sink,)):
+                for signal, n in (("spans", spans), ("span_events", events)):
+                    if n > 0:
+                        key = DropKey(signal, sink, "shutdown")
+                        out[key] = out.get(key, 0) + n
+        return out
+
+    def own_ledger(self) -> DropLedger:
+        """This pipeline's share of the process ledger: recorded since it was configured,
+        less what other pipelines lost after their shutdown in that time; once shut
+        down, its share then plus what its processors lost since (exact: nothing else
+        of this pipeline records after its shutdown)."""
+        if self._own_at_report is not None:
+            counts = self._own_at_report.snapshot()
+            for key, n in self.late_losses().items():
+                counts[key] = counts.get(key, 0) + n
+            return DropLedger.holding(counts, self._own_at_report.not_drawn())
+        claimed: dict[DropKey, int] = {}
+        seen = set()
+        for ref, at_mark in self._others_at_mark:
+            other = ref()
+            if other is None:
+                continue
+            seen.add(id(other))
+            for key, n in other.late_losses().items():
+                claimed[key] = claimed.get(key, 0) + n - at_mark.get(key, 0)
+        for ref in _PIPELINES:  # configured after us, closed since
+            other = ref()
+            if other is not None and other is not self and id(other) not in seen:
+                for key, n in other.late_losses().items():
+                    claimed[key] = claimed.get(key, 0) + n
+        return self.ledger.since(self._mark, claimed)
 
     def start_gpu_sampler(self, interval_s: float = 1.0, *,
                           evidence: Literal["first_dispatch", "immediately"] = "first_dispatch",
@@ -130,6 +210,10 @@ class Telemetry:
         """
         with self._lock:
             if self._report is not None:
+                # Misuse after shutdown (a proof on a closed pipeline) is still this
+                # pipeline's loss: report it, not the first report unchanged.
+                self._report = self._make_report(self._report.duration_s,
+                                                 self._report.timed_out)
                 return self._report
             budget = timeout_s if timeout_s is not None else self.shutdown_timeout_s
             start = time.monotonic()
@@ -146,7 +230,11 @@ class Telemetry:
                 set_shutdown_deadline(None)
                 restore()
             elapsed = time.monotonic() - start
-            self._report = self._make_report(budget, elapsed > budget)
+            own = self.own_ledger()
+            self._report = self._make_report(budget, elapsed > budget, own)
+            self._own_at_report = own
+            self._lost_at_report = {id(p): (p.stats.lost_spans, p.stats.lost_events)
+                                    for p in self.span_processors}
             if self._report.dropped and log_drops:
                 for line in self._report.drop_lines:
                     _log.warning("%s", line)
@@ -222,9 +310,11 @@ class Telemetry:
         thread.start()
         return thread
 
-    def _make_report(self, budget: float, timed_out: bool) -> ShutdownReport:
+    def _make_report(self, budget: float, timed_out: bool,
+                     own: DropLedger | None = None) -> ShutdownReport:
+        own = own if own is not None else self.own_ledger()
         # A processor feeding the export process serves several sinks: one line each.
-        delivered = {sink: p.stats.delivered(self.ledger, sink)
+        delivered = {sink: p.stats.delivered(own, sink)
                      for p in self.span_processors for sink in getattr(p, "sinks", (p.sink,))}
         withheld: dict[str, int] = {}
         for f in self.witness_filters:
@@ -236,17 +326,22 @@ class Telemetry:
                              for sink, d in delivered.items()},
             witness_by_sink=withheld,
             metric_points_exported={e.sink: e.delivered() for e in self.metric_exporters},
-            dropped=self.ledger.total(),
-            drop_lines=self.ledger.summary_lines(),
-            rejected=self.rejections.total(),
+            dropped=own.total(),
+            drop_lines=own.summary_lines(),
+            rejected=max(0, self.rejections.total() - self._rejections_mark),
             witness_events_withheld=sum(f.withheld_events for f in self.witness_filters),
             timed_out=timed_out,
-            trace_line=self._trace_line(),
+            trace_line=self._trace_line(own),
         )
 
-    def _trace_line(self) -> str:
+    def _trace_line(self, own: DropLedger) -> str:
         if not any("rerun" in getattr(p, "sinks", (p.sink,)) for p in self.span_processors):
             return ""
         from otel_proofscope.rerun.tally import TALLY
 
-        return TALLY.summary_line(self.ledger)
+        return TALLY.summary_line(own)
+
+
+#: Every pipeline configured in this process (weakly held): each report leaves out the
+#: others' losses after their shutdown.
+_PIPELINES: list[weakref.ref[Telemetry]] = []
