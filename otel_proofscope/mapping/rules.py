@@ -5,13 +5,14 @@ events are which proof phase. This module only reads and checks it; applying the
 is :mod:`otel_proofscope.mapping.apply`. ``[[line]]`` rules (log lines of CLI provers)
 share the file and are read by ``mapping/lines.py``; they are accepted here unread.
 
-Every mistake is an error that names the file, the rule (``[[span]] #2``) and the key,
-raised before a single span is mapped: a typo must not silently map nothing.
+Every mistake is an error that names the file, the rule (``[[span]] #2``, numbered from
+1 in each kind of table) and the key, raised before a single span is mapped: a typo must
+not silently map nothing. Regexes are compiled by RE2 (mapping/regex.py), so no pattern
+can make a match take more than linear time.
 """
 
 from __future__ import annotations
 
-import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -21,6 +22,7 @@ from typing import Any, TypeVar
 
 from otel_proofscope.mapping import files
 from otel_proofscope.mapping.files import PRESETS_DIR, preset_names
+from otel_proofscope.mapping.regex import Pattern, RegexError, compile_regex
 from otel_proofscope.semconv import EventName, SpanName
 
 #: Top-level keys of a rule file; ``line`` belongs to mapping/lines.py.
@@ -79,7 +81,7 @@ class Matcher:
     """Which names (and attribute values) a rule applies to."""
 
     name: str | None = None
-    regex: re.Pattern[str] | None = None
+    regex: Pattern | None = None  # RE2: linear in the name, whatever the pattern
     where: Mapping[str, Scalar] = field(default_factory=dict)
 
     def matches(self, name: str, attributes: Mapping[str, Any] | None) -> bool:
@@ -352,10 +354,11 @@ def _enum(raw: Mapping[str, Any], key: str, enum: type[_E], ctx: str) -> _E:
                         f"{', '.join(e.value for e in enum)}") from None
 
 
-def _regex(text: str, ctx: str) -> re.Pattern[str]:
+def _regex(text: str, ctx: str) -> Pattern:
+    # Checked here, at load time: serve and run match these on input anyone may send.
     try:
-        return re.compile(text)
-    except re.error as exc:
+        return compile_regex(text)
+    except RegexError as exc:
         raise RuleError(f"{ctx}: not a valid regular expression {text!r}: {exc}") from None
 
 
