@@ -111,6 +111,16 @@ class SpanRule:
     kind_from: str | None = None  # layer: attribute holding the kind
     kinds: Mapping[str, str] = field(default_factory=dict)  # layer: source name → kind
     round_from: str | None = None  # round: attribute holding the round number
+    #: True: only spans without a parent (a trace's root); False: only spans with one.
+    #: Tells apart two spans of one name, e.g. sp1-cluster's task span in the proof's
+    #: trace (a parent) from its twin that starts the task's own trace (none).
+    root: bool | None = None
+
+    def applies(self, name: str, attributes: Mapping[str, Any] | None,
+                has_parent: bool) -> bool:
+        if self.root is not None and self.root == has_parent:
+            return False
+        return self.match.matches(name, attributes)
 
 
 @dataclass(frozen=True)
@@ -227,7 +237,7 @@ def _meta(raw: Any, where: str, path: Path | None) -> Meta:
     )
 
 
-_SPAN_KEYS = frozenset({"match", "match_regex", "where", "to", "attributes", "copy",
+_SPAN_KEYS = frozenset({"match", "match_regex", "where", "root", "to", "attributes", "copy",
                         "index_from", "kind", "kind_from", "kinds", "round_from"})
 _LAYER_ONLY = ("index_from", "kind", "kind_from", "kinds")
 _EVENT_KEYS = frozenset({"match", "match_regex", "where", "to", "on", "on_regex",
@@ -247,11 +257,14 @@ def _span_rule(raw: Mapping[str, Any], number: int, where: str) -> SpanRule:
     if "kind" in raw and ("kind_from" in raw or "kinds" in raw):
         raise RuleError(f"{ctx}: key 'kind' (a fixed kind) excludes 'kind_from' and 'kinds'")
     kinds = _str_map(raw, "kinds", ctx)
+    root = raw.get("root")
+    if root is not None and not isinstance(root, bool):
+        raise RuleError(f"{ctx}: key 'root' must be true or false, got {root!r}")
     return SpanRule(number=number, match=_matcher(raw, ctx, "match", "match_regex"), to=to,
                     attributes=_values(raw, "attributes", ctx), copy=_str_map(raw, "copy", ctx),
                     index_from=_opt_str(raw, "index_from", ctx), kind=_opt_str(raw, "kind", ctx),
                     kind_from=_opt_str(raw, "kind_from", ctx), kinds=kinds,
-                    round_from=_opt_str(raw, "round_from", ctx))
+                    round_from=_opt_str(raw, "round_from", ctx), root=root)
 
 
 def _event_rule(raw: Mapping[str, Any], number: int, where: str) -> EventRule:
