@@ -68,10 +68,69 @@ _HINT = {
 }
 
 
+class _Found:
+    """A match: what the rule readers use (groups by name or number), decoded lazily."""
+
+    __slots__ = ("_data", "_names", "_spans")
+
+    def __init__(self, data: bytes, spans: Sequence[tuple[int, int]],
+                 names: Mapping[str, int]) -> None:
+        self._data, self._spans, self._names = data, spans, names
+
+    def group(self, *groups: int | str) -> Any:
+        picked = [self._one(g) for g in (groups or (0,))]
+        return picked[0] if len(picked) == 1 else tuple(picked)
+
+    def _one(self, group: int | str) -> str | None:
+        index = self._names[group] if isinstance(group, str) else group
+        start, end = self._spans[index]
+        return None if start < 0 else self._data[start:end].decode("utf-8", "replace")
+
+    def groupdict(self, default: Any = None) -> dict[str, str | None]:
+        out: dict[str, str | None] = {}
+        for name, index in self._names.items():
+            value = self._one(index)
+            out[name] = default if value is None else value
+        return out
+
+    def start(self, group: int | str = 0) -> int:
+        raise NotImplementedError("byte offsets only; the rule readers need none")
+
+    end = start
+
+
+class _Compiled:
+    """An RE2 pattern searched on the text's UTF-8 bytes in one C call.
+
+    google-re2's own ``search`` on a ``str`` walks a Python generator and maps every
+    byte offset back to a character offset; the rule readers need neither (only the
+    groups' text), and that wrapper made a matched log line ~1.5x slower than with
+    ``re``. Matching semantics are RE2's in both cases.
+    """
+
+    __slots__ = ("_inner", "_regexp", "groupindex", "pattern")
+
+    def __init__(self, compiled: Any, text: str) -> None:
+        self._inner = compiled
+        self._regexp = compiled._regexp  # the RE2 object of google-re2's wrapper
+        self.pattern = text
+        self.groupindex: Mapping[str, int] = dict(compiled.groupindex)
+
+    def search(self, text: str) -> Match | None:
+        data = text.encode("utf-8", "surrogatepass")  # a lone surrogate: no match, no error
+        spans = self._regexp.Match(_UNANCHORED, data, 0, len(data))
+        if spans[0][0] < 0:
+            return None
+        return _Found(data, spans, self.groupindex)
+
+
+_UNANCHORED = re2._Anchor.UNANCHORED
+
+
 def compile_regex(text: str) -> Pattern:
     """``text`` compiled by RE2; :class:`RegexError` saying why when it cannot be."""
     try:
-        pattern: Pattern = re2.compile(text, _OPTIONS)
+        pattern: Pattern = _Compiled(re2.compile(text, _OPTIONS), text)
     except re2.error as exc:
         reason = _reason(exc)
         hint = next((h for k, h in _HINT.items() if k in reason), "")
