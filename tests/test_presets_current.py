@@ -273,9 +273,9 @@ def test_stwo_cairo_commitments_are_the_layers() -> None:
             with span(t, name):
                 pass
         with span(t, "Prove STARKs"), span(t, "prove"):
-            with span(t, "Composition", **{"class": "Composition"}):
-                with span(t, "Generation", **{"class": "CompositionPolynomialGeneration"}):
-                    pass
+            with span(t, "Composition", **{"class": "Composition"}), \
+                    span(t, "Generation", **{"class": "CompositionPolynomialGeneration"}):
+                pass
             with span(t, "Evaluate columns out of domain"):
                 pass
     with span(t, "verify_cairo"):

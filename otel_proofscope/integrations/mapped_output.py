@@ -26,6 +26,7 @@ drop ledger), not matched.
 from __future__ import annotations
 
 import collections
+import contextlib
 import fcntl
 import os
 import re
@@ -42,8 +43,11 @@ from otel_proofscope.mapping.lines import LineEngine, LineRules
 from otel_proofscope.semconv import DropReason
 
 MAX_LINE_BYTES = 65536
-#: Lines waiting for the matcher; beyond this they are passed on but not matched.
-MAX_PENDING_LINES = 65536
+#: Lines waiting for the matcher; beyond this they are passed on but not matched. The
+#: backlog is held as the chunks read (bounded by MAX_PENDING_BYTES too), so a large
+#: bound costs only the output's own bytes, and the matcher works through it until the
+#: drain bound after the prover exits.
+MAX_PENDING_LINES = 1 << 20
 #: Drop-ledger names for lines that were never matched.
 DROP_SIGNAL, DROP_SINK = "log_lines", "line-rules"
 READ_SIZE = 65536
@@ -349,10 +353,9 @@ def _widen(fd: int) -> None:
     setsize = getattr(fcntl, "F_SETPIPE_SZ", None)
     if setsize is None:
         return
-    try:
+    # Over /proc/sys/fs/pipe-max-size or the user's pipe quota: the default stays.
+    with contextlib.suppress(OSError):
         fcntl.fcntl(fd, setsize, PIPE_BYTES)
-    except OSError:
-        pass  # over /proc/sys/fs/pipe-max-size or the user's pipe quota: keep the default
 
 
 class MappedOutput:

@@ -511,7 +511,7 @@ class LineEngine:
         return pattern.search(text)
 
     def _end(self, rule: LineRule, text: str, t: int) -> bool:
-        if not (m := self._search(rule.end, text)):
+        if rule.end is None or not (m := self._search(rule.end, text)):
             return False
         groups = m.groupdict()
         for o in reversed(self._open):
