@@ -238,7 +238,8 @@ RULES = """
 [meta]
 name = "t"
 [[span]]
-anything = "owned by the span-rule reader"
+match = "prove"  # read by the span-rule reader (checked, not applied, here)
+to = "proof"
 [[line]]
 name = "step"
 start = '^begin (?P<k>\\w+)$'
@@ -305,8 +306,8 @@ def test_snarkjs_preset_never_raises_on_arbitrary_output(lines: list[bytes]) -> 
 
 @pytest.mark.parametrize(("text", "message"), [
     ("[bogus]\n", "unknown top-level key 'bogus'"),
-    ("[[line]]\nname='a'\nstart='x'\nend='y'\ncolour='red'\n", "[[line]] #0: unknown key 'colour'"),
-    ("[[line]]\nname='a'\nstart='('\nend='y'\n", "[[line]] #0.start: bad regex"),
+    ("[[line]]\nname='a'\nstart='x'\nend='y'\ncolour='red'\n", "[[line]] #1: unknown key 'colour'"),
+    ("[[line]]\nname='a'\nstart='('\nend='y'\n", "[[line]] #1.start: bad regex"),
     ("[[line]]\nname='a'\nstart='x'\n", "needs end or until_next"),
     ("[[line]]\nname='a'\nstart='x'\nend='y'\ncapture={g='a.g'}\n", "capture group 'g'"),
     ("[[line]]\nname='a'\nstart='x'\nend='y'\nlayer=true\nlayer_kind='Msm'\n",
@@ -454,7 +455,7 @@ def test_bad_map_is_a_usage_error_naming_the_problem(tmp_path: Path) -> None:
     (tmp_path / "bad.toml").write_text("[[line]]\nname='x'\nstart='a'\nend='b'\nfoo=1\n")
     proc = cli_run(tmp_path, "--map", str(tmp_path / "bad.toml"), "--", "true")
     assert proc.returncode == 2
-    assert b"bad.toml" in proc.stderr and b"[[line]] #0: unknown key 'foo'" in proc.stderr
+    assert b"bad.toml" in proc.stderr and b"[[line]] #1: unknown key 'foo'" in proc.stderr
 
 
 def test_detected_preset_and_no_map(tmp_path: Path) -> None:

@@ -15,7 +15,8 @@ finished spans is end order). The first mapping of a span fixes its index: mappi
 again (a second exporter, a retry) gives the same index, so every sink agrees. That
 memory is bounded (``max_traces`` traces, least recently used first out) and what it
 forgets is counted. A ``to = "round"`` span is held there too, until its parent layer
-is mapped and gets it as a round event.
+is mapped and gets it as a round event (a parent that is not a layer hands it on to its
+own parent, so it reaches the nearest enclosing layer).
 
 Measured here (2 shared, loaded cores): ~5 µs per span no rule matches, ~40 µs per
 mapped layer span, ~75 µs of CPU for a layer with 16 round events (~4 µs per event);
@@ -101,13 +102,17 @@ class Mapper:
             if name in CONTRACT_SPANS:
                 return span  # already speaks the contract: never renamed twice
             attrs = span.attributes or {}
-            rule = next((r for r in self.rules.spans if r.match.matches(name, attrs)), None)
+            has_parent = span.parent is not None
+            rule = next((r for r in self.rules.spans if r.applies(name, attrs, has_parent)),
+                        None)
             if rule is not None and rule.to is Target.ROUND:
                 self._hold_round(rule, span, attrs, first)
                 return span  # the span itself stays as it is; its parent gets the event
             events = self._events(span, name, first)
             if rule is not None and rule.to is Target.LAYER:
                 events = self._with_round_spans(span, events)
+            else:
+                self._pass_rounds_up(span)
             if rule is None and events is None:
                 return span
             new_name = name
@@ -208,6 +213,20 @@ class Mapper:
         if ctx.span_id not in held:
             held[ctx.span_id] = (end, attrs)
             self.stats.round_spans += 1
+
+    def _pass_rounds_up(self, span: ReadableSpan) -> None:
+        """Round spans held for a span that is not a layer go to its parent, so they
+        reach the nearest enclosing layer (Jolt: ``sumcheck_round`` under ``prove_batch``
+        under the ``prove_stageN`` layer). One dict lookup for a span without any."""
+        ctx, parent = span.context, span.parent
+        if ctx is None or parent is None:
+            return
+        state = self._traces.get(ctx.trace_id)
+        if state is None or not state.round_spans:
+            return
+        held = state.round_spans.pop(ctx.span_id, None)
+        if held:
+            state.round_spans.setdefault(parent.span_id, {}).update(held)
 
     def _with_round_spans(self, span: ReadableSpan,
                           events: list[Event] | None) -> list[Event] | None:

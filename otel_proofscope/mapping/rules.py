@@ -5,13 +5,14 @@ events are which proof phase. This module only reads and checks it; applying the
 is :mod:`otel_proofscope.mapping.apply`. ``[[line]]`` rules (log lines of CLI provers)
 share the file and are read by ``mapping/lines.py``; they are accepted here unread.
 
-Every mistake is an error that names the file, the rule (``[[span]] #2``) and the key,
-raised before a single span is mapped: a typo must not silently map nothing.
+Every mistake is an error that names the file, the rule (``[[span]] #2``, numbered from
+1 in each kind of table) and the key, raised before a single span is mapped: a typo must
+not silently map nothing. Regexes are compiled by RE2 (mapping/regex.py), so no pattern
+can make a match take more than linear time.
 """
 
 from __future__ import annotations
 
-import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -21,6 +22,7 @@ from typing import Any, TypeVar
 
 from otel_proofscope.mapping import files
 from otel_proofscope.mapping.files import PRESETS_DIR, preset_names
+from otel_proofscope.mapping.regex import Pattern, RegexError, compile_regex
 from otel_proofscope.semconv import EventName, SpanName
 
 #: Top-level keys of a rule file; ``line`` belongs to mapping/lines.py.
@@ -79,7 +81,7 @@ class Matcher:
     """Which names (and attribute values) a rule applies to."""
 
     name: str | None = None
-    regex: re.Pattern[str] | None = None
+    regex: Pattern | None = None  # RE2: linear in the name, whatever the pattern
     where: Mapping[str, Scalar] = field(default_factory=dict)
 
     def matches(self, name: str, attributes: Mapping[str, Any] | None) -> bool:
@@ -109,6 +111,16 @@ class SpanRule:
     kind_from: str | None = None  # layer: attribute holding the kind
     kinds: Mapping[str, str] = field(default_factory=dict)  # layer: source name → kind
     round_from: str | None = None  # round: attribute holding the round number
+    #: True: only spans without a parent (a trace's root); False: only spans with one.
+    #: Tells apart two spans of one name, e.g. sp1-cluster's task span in the proof's
+    #: trace (a parent) from its twin that starts the task's own trace (none).
+    root: bool | None = None
+
+    def applies(self, name: str, attributes: Mapping[str, Any] | None,
+                has_parent: bool) -> bool:
+        if self.root is not None and self.root == has_parent:
+            return False
+        return self.match.matches(name, attributes)
 
 
 @dataclass(frozen=True)
@@ -225,7 +237,7 @@ def _meta(raw: Any, where: str, path: Path | None) -> Meta:
     )
 
 
-_SPAN_KEYS = frozenset({"match", "match_regex", "where", "to", "attributes", "copy",
+_SPAN_KEYS = frozenset({"match", "match_regex", "where", "root", "to", "attributes", "copy",
                         "index_from", "kind", "kind_from", "kinds", "round_from"})
 _LAYER_ONLY = ("index_from", "kind", "kind_from", "kinds")
 _EVENT_KEYS = frozenset({"match", "match_regex", "where", "to", "on", "on_regex",
@@ -245,11 +257,14 @@ def _span_rule(raw: Mapping[str, Any], number: int, where: str) -> SpanRule:
     if "kind" in raw and ("kind_from" in raw or "kinds" in raw):
         raise RuleError(f"{ctx}: key 'kind' (a fixed kind) excludes 'kind_from' and 'kinds'")
     kinds = _str_map(raw, "kinds", ctx)
+    root = raw.get("root")
+    if root is not None and not isinstance(root, bool):
+        raise RuleError(f"{ctx}: key 'root' must be true or false, got {root!r}")
     return SpanRule(number=number, match=_matcher(raw, ctx, "match", "match_regex"), to=to,
                     attributes=_values(raw, "attributes", ctx), copy=_str_map(raw, "copy", ctx),
                     index_from=_opt_str(raw, "index_from", ctx), kind=_opt_str(raw, "kind", ctx),
                     kind_from=_opt_str(raw, "kind_from", ctx), kinds=kinds,
-                    round_from=_opt_str(raw, "round_from", ctx))
+                    round_from=_opt_str(raw, "round_from", ctx), root=root)
 
 
 def _event_rule(raw: Mapping[str, Any], number: int, where: str) -> EventRule:
@@ -352,10 +367,11 @@ def _enum(raw: Mapping[str, Any], key: str, enum: type[_E], ctx: str) -> _E:
                         f"{', '.join(e.value for e in enum)}") from None
 
 
-def _regex(text: str, ctx: str) -> re.Pattern[str]:
+def _regex(text: str, ctx: str) -> Pattern:
+    # Checked here, at load time: serve and run match these on input anyone may send.
     try:
-        return re.compile(text)
-    except re.error as exc:
+        return compile_regex(text)
+    except RegexError as exc:
         raise RuleError(f"{ctx}: not a valid regular expression {text!r}: {exc}") from None
 
 
