@@ -91,7 +91,7 @@ class RustTracingConsole:
     @property
     def seen(self) -> bool:
         s = self.assembler.stats
-        return bool(s.spans or s.untimed or self.malformed)
+        return bool(s.spans or self.malformed)
 
     def report(self) -> list[str]:
         """Summary lines (none in auto mode when the prover printed no close line)."""
@@ -103,8 +103,6 @@ class RustTracingConsole:
         extra = []
         if s.unterminated:
             extra.append(f"{s.unterminated} parents never closed (ended at exit)")
-        if s.untimed:
-            extra.append(f"{s.untimed} close lines without time.busy/time.idle ignored")
         if s.ambiguous:
             extra.append(f"{s.ambiguous} spans placed by time between parents with the same "
                          "path and fields")
@@ -112,10 +110,7 @@ class RustTracingConsole:
             extra.append(f"{self.malformed} malformed")
         if s.dropped:
             extra.append(f"{s.dropped} dropped (more than the pending bound)")
-        if not s.spans and s.untimed:
-            extra.append("the prover's logger prints no span timing (FmtSpan timing off, "
-                         "or without_time() on the subscriber builder)")
-        return [line + ("; " + "; ".join(extra) if extra else "")] + self.errors
+        return [line + ("; " + "; ".join(extra) if extra else ""), *self.errors]
 
     # ── spans ──
 

@@ -4,8 +4,12 @@ A Rust prover that logs with tracing-subscriber's ``fmt`` layer and
 ``with_span_events(FmtSpan::CLOSE)`` (SP1's default logger does) prints one line when
 each span closes::
 
-    2026-12-02T18:40:14.289898Z  INFO prove:core prove with pk:zerocheck: close time.busy=7.12ms time.idle=2.52µs shard=0      (compact)
-    2026-12-02T18:40:14.289898Z  INFO prove{mode=Core}:core prove with pk:zerocheck: close time.busy=7.12ms time.idle=2.52µs   (full)
+    2026-12-02T18:40:14.289898Z  INFO prove:core prove with pk:zerocheck: close
+        time.busy=7.12ms time.idle=2.52µs mode=Core                      (compact)
+    2026-12-02T18:40:14.289898Z  INFO prove{mode=Core}:core prove with pk:zerocheck:
+        close time.busy=7.12ms time.idle=2.52µs                          (full)
+
+(one line each, wrapped here).
 
 This module is the pure half (no I/O, no OpenTelemetry): :func:`parse_close_line` reads
 one line (ANSI colour, timestamp, level, thread name/id, target, file and line number
@@ -58,7 +62,8 @@ _HEAD = re.compile(
     r"(?:(?:(?P<thread>\S+)\s+)?ThreadId\((?P<tid>\d+)\)\s+)?")
 #: What may stand between the span path and the message: ``target:``, ``file.rs:``, ``12:``.
 _PREFIXES = re.compile(r"(?:[\w:./\\-]+:\s*)*")
-_CLOSE = re.compile(r"close(?=\s|$)")
+#: The close event's message, then its fields: ``time.busy`` and ``time.idle`` first.
+_CLOSE = re.compile(r"close\s+(?=time\.busy=)")
 _KEY = re.compile(r"(r#)?([A-Za-z_][\w.]*)=")
 _NEXT_KEY = re.compile(r"\s+(?=(?:r#)?[A-Za-z_][\w.]*=)")
 _DURATION = re.compile(r"(?P<n>\d+(?:\.\d*)?(?:[eE][+-]?\d+)?)\s*(?P<unit>ns|µs|μs|us|ms|s)")
@@ -249,6 +254,10 @@ def _split_path(rest: str) -> tuple[list[tuple[str, str | None]], int] | None:
 def parse_close_line(text: str) -> CloseLine | None:
     """The close line in ``text``, or None when it is not one.
 
+    A close line without ``time.busy`` (FmtSpan timing off, or ``without_time()`` on the
+    subscriber builder, which drops it too) says nothing of when the span started, and
+    ``close`` alone is too common a word to read: neither is taken.
+
     Raises :class:`CloseLineError` for a close line that cannot be read (a bad duration
     or timestamp): the caller counts it as malformed.
     """
@@ -275,6 +284,8 @@ def parse_close_line(text: str) -> CloseLine | None:
             busy = parse_duration(value)
         elif key == IDLE:
             idle = parse_duration(value)
+    if busy is None or idle is None:
+        raise CloseLineError("a close line with time.busy but no time.idle")
     tail = tuple((k, v) for k, v in fields if k not in (BUSY, IDLE))
     ts = head["ts"]
     wall = uptime = None
@@ -465,8 +476,14 @@ def _time_fits(child: Rebuilt, parent: Rebuilt) -> bool:
 
 
 def _compatible_scope(child: Fields, parent: Fields) -> bool:
-    # The parent's scope is a prefix of the child's, unless fields were recorded later.
-    return child[:len(parent)] == parent or _compatible(child, parent)
+    """A compact parent's scope is a prefix of its child's; fields the parent recorded
+    after the child closed (``Span::record``) are not in the child's line, so those are
+    left out of the comparison."""
+    if child[:len(parent)] == parent:
+        return True
+    names = {k for k, _ in child}
+    known = tuple(kv for kv in parent if kv[0] in names)
+    return len(known) < len(parent) and child[:len(known)] == known
 
 
 def _by_parent(children: list[Rebuilt], depth: int) -> list[list[Rebuilt]]:
