@@ -220,6 +220,13 @@ def _split_path(rest: str) -> tuple[list[tuple[str, str | None]], int] | None:
     """The span path at the start of ``rest``: [(name, braces text or None)], and where
     it ends (after ``:``). Segments end at ``:`` outside braces and quotes; the path ends
     at the first such ``:`` followed by a space or the end of the line."""
+    head = rest.find(": ")
+    head = len(rest) - 1 if head < 0 and rest.endswith(":") else head
+    if head > 0 and "{" not in rest[:head]:  # compact, or full with no fields: no braces
+        names = rest[:head].split(":")
+        if all(n and n == n.strip() for n in names):
+            return [(n, None) for n in names], head + 1
+        return None
     segments: list[tuple[str, str | None]] = []
     start, depth, i, n = 0, 0, 0, len(rest)
     brace_at = -1
@@ -412,11 +419,15 @@ class SpanAssembler:
         waiting = self.pending.get(parent.path)
         if not waiting:
             return
-        alike = [c for c in waiting if _fields_fit(c, parent)]
+        # Lines that print the parent's fields exactly as its own line does: the common
+        # case, a tuple comparison each; the looser match only when none does.
+        alike = [c for c in waiting if _same_scope(c, parent)] or [
+            c for c in waiting if _fields_fit(c, parent)]
         mine = [c for c in alike if _time_fits(c, parent)]
         if not mine:
             return
-        rest = [c for c in waiting if not any(c is m for m in mine)]
+        taken = {id(c) for c in mine}
+        rest = [c for c in waiting if id(c) not in taken]
         if rest:
             self.pending[parent.path] = rest
         else:
@@ -457,6 +468,13 @@ def _compatible(a: Fields, b: Fields) -> bool:
     for k, v in a:
         av.setdefault(k, set()).add(v)
     return all(av[k] & bv[k] for k in av.keys() & bv.keys())
+
+
+def _same_scope(child: Rebuilt, parent: Rebuilt) -> bool:
+    cl, pl = child.line, parent.line
+    assert cl is not None and pl is not None
+    return (cl.path_fields[:len(pl.path_fields)] == pl.path_fields
+            and cl.tail[:len(pl.tail)] == pl.tail)
 
 
 def _fields_fit(child: Rebuilt, parent: Rebuilt) -> bool:
