@@ -195,6 +195,10 @@ class Timing:
     #: timestamp (else its arrival), the start is end − (time.busy + time.idle), both
     #: printed to three significant digits.
     LOG_CLOSE = "log_close"
+    #: Rebuilt from a tracing-forest tree: the length is the time the span was entered;
+    #: the start is its printed open time, else it is placed after its previous sibling
+    #: (``proofscope.rust.packed``), the root ending when its tree arrived.
+    LOG_TREE = "log_tree"
 
 
 class LineAttr:
@@ -230,6 +234,10 @@ class RustAttr:
     TARGET = "code.namespace"
     #: Placed by time between two open parents with the same path and fields.
     AMBIGUOUS_PARENT = "proofscope.rust.ambiguous_parent"
+    #: tracing-forest tree without open times: the span's position is not measured.
+    PACKED = "proofscope.rust.packed"
+    #: A tracing-forest event's tag (``info``, ``security.critical``…).
+    FOREST_TAG = "tracing_forest.tag"
 
 
 class CliProverAttr:

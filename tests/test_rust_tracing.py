@@ -24,6 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from otel_proofscope.mapping.rust_tracing import (
+    ARRIVAL_SLACK_NS,
     CloseLineError,
     Rebuilt,
     SpanAssembler,
@@ -461,7 +462,7 @@ def _check_sp1_shape(root: dict[str, Any], stamped: bool = True) -> None:
             # parent's length before the parent and ends within it; without timestamps
             # each end is when its line was read, which jitters by the read.
             slack = (node["end"] - node["start"]) // 100 + (2_000 if stamped
-                                                             else 50_000_000)
+                                                             else ARRIVAL_SLACK_NS)
             if depth:
                 assert c["start"] >= node["start"] - slack, c["name"]
                 assert c["end"] <= node["end"] + slack, c["name"]
@@ -524,3 +525,121 @@ def test_missing_prover_says_cannot_start_not_exited(tmp_path: Path) -> None:
     first = proc.stderr.splitlines()[0]
     assert "cannot start" in first and "exit code 127" in first
     assert "exited with code" not in proc.stderr
+
+
+# ── tracing-forest trees (the crate's documented Pretty format) ─────────────────────
+# Debian ships no tracing-forest crate, so these lines follow its printer
+# (tracing-forest/src/printer/pretty.rs: `{level:<8} `, 3-character indent units,
+# `name [ DURATION | BASE% / TOTAL% ]`, events `icon [tag]: message | key: value`).
+
+FOREST = """\
+\x1b[1;32mINFO    \x1b[0m prove [ 1.20s | 2.10% / 100.00% ] mode: Compressed
+INFO     ┝━ core prove with pk [ 1.10s | 0.50% / 91.67% ]
+INFO     │  ┝━ prove shard with data [ 600ms | 1.00% / 50.00% ] shard: 0
+INFO     │  │  ┝━ commit traces [ 300ms | 25.00% ]
+DEBUG    │  │  ┕━ ｉ [debug]: committed | rows: 1024
+INFO     │  ┕━ prove shard with data [ 494ms | 41.17% ] shard: 1
+INFO     ┕━ prove shrink [ 75.3ms | 6.28% ]
+INFO        ┕━ ｉ [info]: shrunk
+""".splitlines()
+
+
+def test_forest_lines() -> None:
+    from otel_proofscope.mapping.rust_tracing import parse_forest_line
+
+    root = parse_forest_line(FOREST[0])
+    assert root is not None and (root.name, root.depth, root.duration_ns) == (
+        "prove", 0, 1_200_000_000)
+    assert root.fields == (("mode", "Compressed"),)
+    event = parse_forest_line(FOREST[4])
+    assert event is not None and event.event and event.depth == 3
+    assert (event.name, event.fields) == ("committed", (("tag", "debug"), ("rows", "1024")))
+    null_indent = parse_forest_line(FOREST[7])
+    assert null_indent is not None and null_indent.depth == 2
+    for other in (COMPACT_ANSI, " INFO prove: proof done", "INFO: [ 1s | 1% ]",
+                  "INFO     │  continued message"):
+        assert parse_forest_line(other) is None
+
+
+def test_forest_tree_and_packed_layout() -> None:
+    from otel_proofscope.mapping.rust_tracing import (
+        ForestAssembler,
+        forest_layout,
+        parse_forest_line,
+    )
+
+    a = ForestAssembler()
+    out = []
+    for text in FOREST:
+        out += a.add(parse_forest_line(text), 10**12)
+    out += a.add(None, 0)  # the next line is not part of the tree
+    ((root, arrival),) = out
+    assert [c.name for c in root.children] == ["core prove with pk", "prove shrink"]
+    core = root.children[0]
+    assert [dict(s.fields)["shard"] for s in core.children] == ["0", "1"]
+    layout = forest_layout(root, arrival)
+    assert layout[id(root)] == (10**12 - 1_200_000_000, 10**12)
+    s0, s1 = core.children
+    # Placed one after the other from the parent's start; lengths as printed.
+    assert layout[id(s0)] == (layout[id(core)][0], layout[id(core)][0] + 600_000_000)
+    assert layout[id(s1)][0] == layout[id(s0)][1]
+
+
+@settings(max_examples=100, deadline=None)
+@given(tree=trees(), ansi=st.booleans())
+def test_generated_forest_trees_come_back_whole(tree: Node, ansi: bool) -> None:
+    from otel_proofscope.mapping.rust_tracing import ForestAssembler, parse_forest_line
+
+    lines: list[str] = []
+
+    def render_forest(node: Node, indent: list[str]) -> None:
+        busy = node.end - node.start - node.idle
+        fields = "".join(f"{' |' if i else ''} {k}: {v}" for i, (k, v) in
+                         enumerate(node.fields))
+        level = _ansi("INFO    ", ansi, "1;32")
+        lines.append(f"{level} {''.join(indent)}{node.name} [ {timing_display(busy)} | "
+                     f"50.00% ]{fields}")
+        if node.children:
+            if indent:
+                indent[-1] = {"┕━ ": "   ", "┝━ ": "│  "}.get(indent[-1], indent[-1])
+            for i, child in enumerate(node.children):
+                render_forest(child, [*indent, "┕━ " if i == len(node.children) - 1
+                                      else "┝━ "])
+
+    render_forest(tree, [])
+    a = ForestAssembler()
+    out = []
+    for text in lines:
+        node = parse_forest_line(text)
+        assert node is not None, text
+        out += a.add(node, 0)
+    out += a.finish()
+    assert len(out) == 1 and a.malformed == 0
+
+    def same(got: Any, want: Node) -> None:
+        assert got.name == want.name
+        assert [k for k, _ in got.fields] == [k for k, _ in want.fields]
+        busy = want.end - want.start - want.idle
+        assert abs(got.duration_ns - busy) <= busy // 200 + 1
+        assert len(got.children) == len(want.children)
+        for g, w in zip(got.children, want.children, strict=True):
+            same(g, w)
+    same(out[0][0], tree)
+
+
+def test_forest_tree_under_proofscope_run(tmp_path: Path) -> None:
+    script = "import sys\nsys.stdout.write(sys.argv[1])\n"
+    proc, spans = _run(tmp_path, "--", sys.executable, "-c", script,
+                       "\n".join(FOREST) + "\nproof written\n")
+    assert proc.returncode == 0, proc.stderr
+    assert "rust-tracing: 6 spans from 1 tracing-forest tree\n" in proc.stderr
+    root = _tree(spans)
+    (prove,) = root["children"]
+    assert prove["attrs"]["proofscope.timing"] == Timing.LOG_TREE
+    assert prove["attrs"]["busy_ns"] == 1_200_000_000 and prove["attrs"]["mode"] == "Compressed"
+    assert prove["attrs"]["proofscope.rust.packed"] is True
+    core, shrink = prove["children"]
+    assert [s["attrs"]["shard"] for s in core["children"]] == [0, 1]
+    assert shrink["name"] == "prove shrink"
+    (shrunk,) = next(s for s in spans if s["name"] == "prove shrink")["events"]
+    assert shrunk["name"] == "shrunk"

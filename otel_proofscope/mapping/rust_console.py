@@ -26,10 +26,14 @@ from otel_proofscope.ledger import DROPS
 from otel_proofscope.mapping.lines import LineRules
 from otel_proofscope.mapping.rust_tracing import (
     CloseLineError,
+    ForestAssembler,
+    ForestNode,
     Rebuilt,
     SpanAssembler,
     field_value,
+    forest_layout,
     parse_close_line,
+    parse_forest_line,
 )
 from otel_proofscope.semconv import TRACER_NAME, Attr, DropReason, LineAttr, RustAttr, Timing
 from otel_proofscope.version import __version__
@@ -51,6 +55,9 @@ class RustTracingConsole:
         self.root = root
         self.auto = auto
         self.assembler = SpanAssembler()
+        self.forest = ForestAssembler()
+        self.forest_spans = 0
+        self.forest_trees = 0
         self.malformed = 0
         self.errors: list[str] = []
         self._tracer = trace.get_tracer(TRACER_NAME, __version__, tracer_provider)
@@ -66,13 +73,16 @@ class RustTracingConsole:
         """One output line (ANSI already stripped or not); True when it was a close line."""
         try:
             line = parse_close_line(text)
+            node = parse_forest_line(text) if line is None else None
         except CloseLineError as exc:
             self.malformed += 1
             if len(self.errors) < 5:
                 self.errors.append(f"{NAME}: {exc}")
             return True
         if line is None:
-            return False
+            for tree, arrival in self.forest.add(node, t_mono + self._offset):
+                self._emit_forest(tree, arrival)
+            return node is not None
         if line.wall_ns is not None:
             end, stamped = line.wall_ns, True
         elif line.uptime_ns is not None and self._began_wall is not None:
@@ -87,22 +97,30 @@ class RustTracingConsole:
     def finish(self, t_mono: int) -> None:
         """The output ended: parents that never closed end now, marked unterminated."""
         self._emit(self.assembler.finish(t_mono + self._offset))
+        for tree, arrival in self.forest.finish():
+            self._emit_forest(tree, arrival)
 
     @property
     def seen(self) -> bool:
         s = self.assembler.stats
-        return bool(s.spans or self.malformed)
+        return bool(s.spans or self.malformed or self.forest_spans or self.forest.malformed)
 
     def report(self) -> list[str]:
         """Summary lines (none in auto mode when the prover printed no close line)."""
         if self.auto and not self.seen:
             return []
         s = self.assembler.stats
-        line = (f"{NAME}: {s.spans} spans from close lines, {s.trees} "
-                f"{'tree' if s.trees == 1 else 'trees'}")
         extra = []
+        if s.spans or not self.forest_spans:
+            extra.append(f"{s.spans} spans from close lines, {s.trees} "
+                         f"{'tree' if s.trees == 1 else 'trees'}")
         if s.unterminated:
             extra.append(f"{s.unterminated} parents never closed (ended at exit)")
+        if self.forest_spans:
+            extra.append(f"{self.forest_spans} spans from {self.forest_trees} tracing-forest "
+                         f"{'tree' if self.forest_trees == 1 else 'trees'}")
+        if self.forest.malformed:
+            extra.append(f"{self.forest.malformed} tracing-forest lines outside a tree")
         if s.ambiguous:
             extra.append(f"{s.ambiguous} spans placed by time between parents with the same "
                          "path and fields")
@@ -110,7 +128,7 @@ class RustTracingConsole:
             extra.append(f"{self.malformed} malformed")
         if s.dropped:
             extra.append(f"{s.dropped} dropped (more than the pending bound)")
-        return [line + ("; " + "; ".join(extra) if extra else ""), *self.errors]
+        return [f"{NAME}: " + "; ".join(extra), *self.errors]
 
     # ── spans ──
 
@@ -123,11 +141,36 @@ class RustTracingConsole:
         for tree in trees:
             self._span(tree, self.root)
 
+    def _emit_forest(self, root: ForestNode, arrival_ns: int) -> None:
+        self.forest_trees += 1
+        self._forest_span(root, self.root, forest_layout(root, arrival_ns))
+
+    def _forest_span(self, node: ForestNode, parent: Span,
+                     layout: dict[int, tuple[int, int]]) -> None:
+        start, end = layout[id(node)]
+        attrs = _typed(node.fields)
+        if node.event:
+            attrs[RustAttr.LEVEL] = node.level
+            tag = attrs.pop("tag", None)
+            if tag is not None:
+                attrs[RustAttr.FOREST_TAG] = tag
+            parent.add_event(node.name, attrs, timestamp=start)
+            return
+        attrs[RustAttr.BUSY_NS] = node.duration_ns
+        attrs[RustAttr.LEVEL] = node.level
+        if node.opened_ns is None:
+            attrs[RustAttr.PACKED] = True
+        attrs[Attr.PROOFSCOPE_TIMING] = Timing.LOG_TREE
+        attrs[Attr.MAPPING_RULES] = NAME
+        span = self._tracer.start_span(node.name, context=trace.set_span_in_context(parent),
+                                       attributes=attrs, start_time=start)
+        self.forest_spans += 1
+        for child in node.children:
+            self._forest_span(child, span, layout)
+        span.end(end_time=end)
+
     def _span(self, node: Rebuilt, parent: Span) -> None:
-        attrs: dict[str, str | bool | int | float] = {}
-        for key, raw in node.fields:
-            if key not in attrs:  # the first of a repeated name, as tracing records it
-                attrs[key] = field_value(raw)
+        attrs = _typed(node.fields)
         line = node.line
         if line is not None:
             assert line.busy_ns is not None and line.idle_ns is not None
@@ -158,3 +201,11 @@ def console_rules() -> LineRules:
     """Empty line rules under this reader's name: the engine that carries the reader when
     no rule file is given."""
     return LineRules(path=Path(NAME), label=NAME, meta={}, lines=())
+
+
+def _typed(fields: tuple[tuple[str, str], ...]) -> dict[str, str | bool | int | float]:
+    attrs: dict[str, str | bool | int | float] = {}
+    for key, raw in fields:
+        if key not in attrs:  # the first of a repeated name, as tracing records it
+            attrs[key] = field_value(raw)
+    return attrs
