@@ -643,3 +643,38 @@ def test_forest_tree_under_proofscope_run(tmp_path: Path) -> None:
     assert shrink["name"] == "prove shrink"
     (shrunk,) = next(s for s in spans if s["name"] == "prove shrink")["events"]
     assert shrunk["name"] == "shrunk"
+
+
+# ── --map names ──────────────────────────────────────────────────────────────────────
+
+
+def _maps(*maps: str, no_map: bool = False, command: str = "./prove") -> Any:
+    import argparse
+
+    from otel_proofscope.cli.run_cmd import _maps as maps_of
+
+    return maps_of(argparse.Namespace(map=list(maps) or None, no_map=no_map),
+                   command.split())
+
+
+def test_map_names_compose() -> None:
+    lines, spans, console = _maps("rust-tracing,sp1")
+    assert (lines, spans.label, console) == (None, "sp1", "on")
+    lines, spans, console = _maps("snarkjs", "rust-tracing")
+    assert lines.label == "snarkjs" and spans is None and console == "on"
+    lines, spans, console = _maps("sp1")  # the console reader still looks, quietly
+    assert lines is None and spans.label == "sp1" and console == "auto"
+    assert _maps() == (None, None, "auto")
+    assert _maps(no_map=True) == (None, None, "off")
+    lines, _spans, console = _maps(command="npx snarkjs groth16 prove c.zkey w.wtns p.json "
+                                           "pub.json")
+    assert lines.label == "snarkjs" and console == "auto"
+
+
+def test_map_names_that_cannot_be_used(tmp_path: Path) -> None:
+    empty = tmp_path / "empty.toml"
+    empty.write_text('[meta]\nname = "empty"\n')
+    with pytest.raises(ValueError, match="no \\[\\[line\\]\\], \\[\\[span\\]\\]"):
+        _maps(str(empty))
+    with pytest.raises(FileNotFoundError):
+        _maps("rust-tracing,no-such-preset")
