@@ -23,6 +23,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from otel_proofscope.mapping.rust_forest import (
+    ForestAssembler,
+    forest_layout,
+    parse_forest_line,
+)
 from otel_proofscope.mapping.rust_tracing import (
     ARRIVAL_SLACK_NS,
     CloseLineError,
@@ -545,8 +550,6 @@ INFO        ┕━ ｉ [info]: shrunk
 
 
 def test_forest_lines() -> None:
-    from otel_proofscope.mapping.rust_tracing import parse_forest_line
-
     root = parse_forest_line(FOREST[0])
     assert root is not None and (root.name, root.depth, root.duration_ns) == (
         "prove", 0, 1_200_000_000)
@@ -562,12 +565,6 @@ def test_forest_lines() -> None:
 
 
 def test_forest_tree_and_packed_layout() -> None:
-    from otel_proofscope.mapping.rust_tracing import (
-        ForestAssembler,
-        forest_layout,
-        parse_forest_line,
-    )
-
     a = ForestAssembler()
     out = []
     for text in FOREST:
@@ -588,8 +585,6 @@ def test_forest_tree_and_packed_layout() -> None:
 @settings(max_examples=100, deadline=None)
 @given(tree=trees(), ansi=st.booleans())
 def test_generated_forest_trees_come_back_whole(tree: Node, ansi: bool) -> None:
-    from otel_proofscope.mapping.rust_tracing import ForestAssembler, parse_forest_line
-
     lines: list[str] = []
 
     def render_forest(node: Node, indent: list[str]) -> None:

@@ -24,16 +24,18 @@ from opentelemetry.trace import Span
 
 from otel_proofscope.ledger import DROPS
 from otel_proofscope.mapping.lines import LineRules
-from otel_proofscope.mapping.rust_tracing import (
-    CloseLineError,
+from otel_proofscope.mapping.rust_forest import (
     ForestAssembler,
     ForestNode,
+    forest_layout,
+    parse_forest_line,
+)
+from otel_proofscope.mapping.rust_tracing import (
+    CloseLineError,
     Rebuilt,
     SpanAssembler,
     field_value,
-    forest_layout,
     parse_close_line,
-    parse_forest_line,
 )
 from otel_proofscope.semconv import TRACER_NAME, Attr, DropReason, LineAttr, RustAttr, Timing
 from otel_proofscope.version import __version__
