@@ -507,6 +507,8 @@ def test_composes_with_a_span_preset(rust_prover: Path, tmp_path: Path) -> None:
                        str(rust_prover))
     assert proc.returncode == 0, proc.stderr
     assert "rust-tracing: 20 spans" in proc.stderr
+    # The span rules saw every span (what they rename is the sp1 preset's business).
+    assert "mapped with sp1: " in proc.stderr and " of 21 spans" in proc.stderr
     root = next(s for s in spans if not s.get("parentSpanId"))
     assert _attrs(root)["proof.system"] == "sp1"
     assert len(spans) == 21

@@ -116,9 +116,14 @@ def run(args: argparse.Namespace) -> int:
                     stream_path=args.stream_path, stream_url=args.stream_url,
                     sample_gpus=args.gpu, kill_after_s=args.kill_after,
                     record_args=args.record_args, line_rules=rules, console=console)
+    mapper = None
+    if span_rules is not None:
+        from otel_proofscope.mapping.wiring import mapper_for
+
+        mapper = mapper_for(span_rules, use_env=False)
     # SIGTERM is forwarded to the prover, not turned into our own exit.
     telemetry, notes = start_telemetry(args, "proofscope-run", handle_sigterm=False,
-                                       map_rules=span_rules)
+                                       map_rules=mapper)
     try:
         result = run_process(cfg, tracer=telemetry.tracer,
                              tracer_provider=telemetry.tracer_provider,
@@ -134,7 +139,12 @@ def run(args: argparse.Namespace) -> int:
         else:
             lines = [f"{command[0]} exited with code {result.exit_code}"
                      + (" (killed after --kill-after)" if result.killed else "")]
-        lines += result.stream_lines + result.notes + notes + report.lines()
+        lines += result.stream_lines + result.notes + notes
+        if mapper is not None:
+            from otel_proofscope.mapping.wiring import summary
+
+            lines.append(summary(mapper))
+        lines += report.lines()
         print("\n".join(f"proofscope run: {line}" for line in lines), file=sys.stderr)
     return result.exit_code
 
