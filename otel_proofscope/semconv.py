@@ -191,6 +191,14 @@ class Timing:
     #: prover's output line from a pipe: the prover's own flushing bounds the resolution,
     #: and lines that arrive in one read share one time.
     LOG_ARRIVAL = "log_arrival"
+    #: Rebuilt from a Rust tracing ``FmtSpan::CLOSE`` line: the end is the line's own
+    #: timestamp (else its arrival), the start is end − (time.busy + time.idle), both
+    #: printed to three significant digits.
+    LOG_CLOSE = "log_close"
+    #: Rebuilt from a tracing-forest tree: the length is the time the span was entered;
+    #: the start is its printed open time, else it is placed after its previous sibling
+    #: (``proofscope.rust.packed``), the root ending when its tree arrived.
+    LOG_TREE = "log_tree"
 
 
 class LineAttr:
@@ -211,6 +219,25 @@ class LineAttr:
     UNMATCHED = "proofscope.line.unmatched"
     MALFORMED = "proofscope.line.malformed"
     DROPPED = "proofscope.line.dropped"
+
+
+class RustAttr:
+    """Attributes of spans rebuilt from a Rust prover's tracing close lines
+    (``proofscope run``, mapping/rust_console.py); the span's own fields keep their names.
+    The names are tracing-opentelemetry's, so rules written for its spans apply."""
+
+    BUSY_NS = "busy_ns"
+    IDLE_NS = "idle_ns"
+    LEVEL = "level"
+    THREAD_ID = "thread.id"
+    THREAD_NAME = "thread.name"
+    TARGET = "code.namespace"
+    #: Placed by time between two open parents with the same path and fields.
+    AMBIGUOUS_PARENT = "proofscope.rust.ambiguous_parent"
+    #: tracing-forest tree without open times: the span's position is not measured.
+    PACKED = "proofscope.rust.packed"
+    #: A tracing-forest event's tag (``info``, ``security.critical``…).
+    FOREST_TAG = "tracing_forest.tag"
 
 
 class CliProverAttr:
@@ -815,6 +842,7 @@ def render_markdown() -> str:
                        ("proof-stream bridge events", StreamEvent),
                        ("log-line rules (`run --map`)", LineAttr),
                        ("`proofscope.timing` values", Timing),
+                       ("Rust tracing close lines (`run`)", RustAttr),
                        ("CLI-prover preset attributes", CliProverAttr),
                        ("CLI-prover preset phases", CliProverSpanName),
                        ("CLI-prover preset events", CliProverEvent),

@@ -43,6 +43,7 @@ from opentelemetry import metrics, trace
 
 from otel_proofscope.ledger import DROPS
 from otel_proofscope.mapping.lines import LineEngine, LineRules
+from otel_proofscope.mapping.rust_console import RustTracingConsole
 from otel_proofscope.semconv import DropReason
 
 MAX_LINE_BYTES = 65536
@@ -367,9 +368,14 @@ class MappedOutput:
     def __init__(self, rules: LineRules, argv: Sequence[str], root: Any, *,
                  tracer_provider: trace.TracerProvider | None,
                  meter_provider: metrics.MeterProvider | None,
-                 system: str, backend: str) -> None:
+                 system: str, backend: str, console: str = "off") -> None:
+        # console: the Rust tracing close-line reader, "on", "auto" (quiet unless the
+        # prover prints close lines) or "off".
+        self.console = None if console == "off" else RustTracingConsole(
+            root, tracer_provider=tracer_provider, auto=console == "auto")
         self.engine = LineEngine(rules, " ".join(argv), root, tracer_provider=tracer_provider,
-                                 meter_provider=meter_provider, system=system, backend=backend)
+                                 meter_provider=meter_provider, system=system, backend=backend,
+                                 console=self.console)
         self._pumps: list[LinePump] = []
         self._matcher = Matcher(self.engine)
 
@@ -410,6 +416,9 @@ class MappedOutput:
         self.engine.finish(time.monotonic_ns())
         stats = self.engine.stats
         label = self.engine.rules.label
+        console = self.console.report() if self.console is not None else []
+        if not self.engine.rules.lines and self.console is not None:
+            return console + notes  # the close-line reader alone (quiet when it found none)
         lines = [f"mapping {label}: {stats.report()}"]
         lines += [f"mapping {label}: {e}" for e in stats.errors]
-        return lines + notes
+        return lines + console + notes

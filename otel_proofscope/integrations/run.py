@@ -43,6 +43,7 @@ from otel_proofscope.integrations.proof_stream.sources import (
     WebSocketSource,
 )
 from otel_proofscope.mapping.lines import LineRules
+from otel_proofscope.mapping.rust_console import console_rules
 
 _log = logging.getLogger(__name__)
 
@@ -76,6 +77,10 @@ class RunConfig:
     #: Log-line rules (``--map``): the child's output is piped, passed on unchanged and
     #: turned into phase spans (integrations/mapped_output.py).
     line_rules: LineRules | None = None
+    #: Spans from a Rust prover's tracing close lines (mapping/rust_console.py): "auto"
+    #: (the output is piped and read; the summary mentions it only when close lines
+    #: came), "on" (``--map rust-tracing``) or "off" (the child keeps our terminal).
+    console: str = "auto"
 
 
 @dataclass
@@ -86,6 +91,8 @@ class RunResult:
     killed: bool = False
     stream_lines: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    #: Why the prover could not be started (not found, not executable), else None.
+    start_error: str | None = None
 
 
 def child_environment(base: Mapping[str, str], extra: Mapping[str, str] | None = None,
@@ -269,9 +276,10 @@ def _run_under(root: ProofHandle, cfg: RunConfig, base_env: Mapping[str, str],
     child_env = child_environment(base_env, cfg.extra_env, stream.path)
     sampler = _start_gpu_sampler(meter_provider, notes) if cfg.sample_gpus else None
     result = RunResult(exit_code=0, returncode=None)
-    mapped = None if cfg.line_rules is None else MappedOutput(
-        cfg.line_rules, argv, span, tracer_provider=tracer_provider,
-        meter_provider=meter_provider, system=cfg.system, backend=cfg.backend)
+    mapped = None if cfg.line_rules is None and cfg.console == "off" else MappedOutput(
+        cfg.line_rules or console_rules(), argv, span, tracer_provider=tracer_provider,
+        meter_provider=meter_provider, system=cfg.system, backend=cfg.backend,
+        console=cfg.console)
     stream.start()
     try:
         try:
@@ -284,7 +292,7 @@ def _run_under(root: ProofHandle, cfg: RunConfig, base_env: Mapping[str, str],
             span.set_status(Status(StatusCode.ERROR, f"cannot start {argv[0]}: {exc.strerror}"))
             span.set_attribute(proc_attr.PROCESS_EXIT_CODE, code)
             result.exit_code = code
-            notes.append(f"cannot start {argv[0]}: {exc.strerror}")
+            result.start_error = f"cannot start {argv[0]}: {exc.strerror}"
             return result
         span.set_attribute(proc_attr.PROCESS_PID, child.pid)
         if mapped is not None:

@@ -45,7 +45,7 @@ import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from opentelemetry import metrics, trace
 from opentelemetry.trace import Span
@@ -84,6 +84,14 @@ MAX_LINE_CHARS = 16384
 #: Phases open at once; more is a runaway rule (counted as malformed lines).
 MAX_OPEN = 256
 _ROOT = SpanName.PROOF
+
+
+class LineConsumer(Protocol):
+    """A reader of whole output lines beside the rules (mapping/rust_console.py)."""
+
+    def begin(self, t_mono: int) -> None: ...
+    def feed(self, text: str, t_mono: int) -> bool: ...  # True: the line was its own
+    def finish(self, t_mono: int) -> None: ...
 
 
 class RuleFileError(ValueError):
@@ -391,8 +399,10 @@ class LineEngine:
     def __init__(self, rules: LineRules, command: str, root: Span, *,
                  tracer_provider: trace.TracerProvider | None = None,
                  meter_provider: metrics.MeterProvider | None = None,
-                 system: str = "unknown", backend: str = "unknown") -> None:
+                 system: str = "unknown", backend: str = "unknown",
+                 console: LineConsumer | None = None) -> None:
         self.rules = rules
+        self.console = console
         self.command = command
         self.root = root
         self.stats = LineStats()
@@ -423,6 +433,8 @@ class LineEngine:
     def begin(self, t_mono: int) -> None:
         """The child started: open the whole-run spans."""
         with self._lock:
+            if self.console is not None:
+                self.console.begin(t_mono)
             for rule in self._active:
                 if rule.whole_run and rule.name:
                     self._open_span(rule, rule.name, (), dict(rule.attributes), t_mono)
@@ -436,7 +448,8 @@ class LineEngine:
                 if len(text) > MAX_LINE_CHARS:
                     raise _Bad(f"line longer than {MAX_LINE_CHARS} characters")
                 text = _ANSI.sub("", text).strip()
-                applied = self._apply(text, t_mono)
+                mine = self.console is not None and self.console.feed(text, t_mono)
+                applied = self._apply(text, t_mono) or mine
             except _Bad as exc:
                 self._malformed(str(exc))
                 return
@@ -463,6 +476,8 @@ class LineEngine:
     def finish(self, t_mono: int) -> None:
         """The child exited: close what is open, record file sizes and the counts."""
         with self._lock:
+            if self.console is not None:
+                self.console.finish(t_mono)
             for o in reversed(list(self._open)):
                 if not o.rule.whole_run:
                     o.span.set_attribute(LineAttr.UNTERMINATED, True)
