@@ -86,7 +86,8 @@ def _attrs(item: dict[str, Any]) -> dict[str, Any]:
 def test_import_a_viztracer_file_exactly(viztrace: Path, tmp_path: Path,
                                          capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "out"
-    rc = main(["import", str(viztrace), "--out", str(out), "--rerun", "off"])
+    rc = main(["import", str(viztrace), "--out", str(out), "--rerun", "off",
+               "--rebase", "keep"])
     err = capsys.readouterr().err
     assert rc == 0, err
     source = json.loads(viztrace.read_text(), parse_float=Decimal)["traceEvents"]
@@ -119,7 +120,7 @@ def test_import_a_viztracer_file_exactly(viztrace: Path, tmp_path: Path,
     assert sorted((int(p["timeUnixNano"]), int(p["asInt"])) for p in points) == sorted(
         (int(e["ts"] * 1000), e["args"]["rss"]) for e in counters)
     assert f"read {len(source)} entries: {len(source)} used, 0 ignored, 0 skipped" in err
-    assert "imported 5 spans in 1 traces, 6 span events, 3 counter points" in err
+    assert "imported 5 spans in 1 trace, 6 span events, 3 counter points" in err
 
 
 def test_import_with_rules_draws_the_walk(viztrace: Path, tmp_path: Path,
@@ -199,7 +200,8 @@ def test_import_to_an_otlp_endpoint(viztrace: Path, tmp_path: Path,
     with OtlpReceiver([received], grpc_port=0, http_port=None) as receiver:
         monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://{receiver.grpc_endpoint}")
         monkeypatch.setenv("OTEL_METRICS_EXPORTER", "none")
-        rc = main(["import", str(viztrace), "--out", str(tmp_path / "o"), "--rerun", "off"])
+        rc = main(["import", str(viztrace), "--out", str(tmp_path / "o"), "--rerun", "off",
+                   "--rebase", "keep"])
         err = capsys.readouterr().err
     assert rc == 0, err
     assert "exported to otlp: 5 spans, 6 span events" in err
@@ -259,7 +261,7 @@ def test_import_with_the_jolt_preset_draws_layers_and_round_bars(
     path, rrd = tmp_path / "trace-jolt.json", tmp_path / "jolt.rrd"
     path.write_text(json.dumps(_jolt_like_chrome_trace()))
     rc = main(["import", str(path), "--map", "jolt", "--out", str(tmp_path / "o"),
-               "--rerun", f"file:{rrd}"])
+               "--rerun", f"file:{rrd}", "--rebase", "keep"])
     err = capsys.readouterr().err
     assert rc == 0, err
     assert ("mapped with jolt: 7 of 11 spans (proof=1, proof.circuit.compile=1, "
