@@ -179,7 +179,11 @@ def test_arbitrary_events_never_raise_and_counts_add_up(events: list[Any],
     assert r.entries == len(events)
     # and what was read always converts, and maps, without raising
     out = convert(r, Resource({}), seed=1)
-    assert len(out.spans) == len(r.spans) and out.points == len(r.counters)
+    # a time before 1970 (or past 2**63 ns) is refused, counted, never written
+    assert len(out.spans) + out.refused.spans == len(r.spans)
+    assert out.points + out.refused.points == len(r.counters)
+    for span in out.spans:
+        assert 0 <= span.start_time <= span.end_time < 2 ** 63
     by_id = {s.context.span_id: s for s in out.spans}
     for span in out.spans:
         if span.parent is not None:

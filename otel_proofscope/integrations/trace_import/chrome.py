@@ -107,7 +107,13 @@ class Span:
     #: position in the file of the event that opened it (B, b, X): the tie-break
     #: between spans of the same interval (the one opened first is the parent)
     seq: int = 0
+    #: position in the file of the E that closed a B (unclosed: after every entry):
+    #: two B/E spans nest exactly as the file opened and closed them
+    close: int = 1 << 62
     depth: int = 0  # nesting depth on its thread (0: a root)
+    #: a B/E span: the B/E span open on its thread when it was opened (the file's tree)
+    opener: Span | None = None
+    index: int = -1  # its position in ParseResult.spans (set when nesting)
 
     def add_event(self, instant: Instant) -> None:
         if self.events is _NO_EVENTS:
@@ -471,7 +477,9 @@ class _State:
             start = self._seen(time_ns(e.get("ts")))
             span = Span(name, pid, tid, start, start, _args(e.get("args")), "B", _category(e),
                         seq=seq)
-            self.open.setdefault((pid, tid), []).append(span)
+            stack = self.open.setdefault((pid, tid), [])
+            span.opener = stack[-1] if stack else None
+            stack.append(span)
         elif ph == "E":
             end = self._seen(time_ns(e.get("ts")))
             stack = self.open.get((pid, tid))
@@ -482,6 +490,7 @@ class _State:
                 raise _Skip("'E' before its 'B'", f"name={stack[-1].name!r}")
             span = stack.pop()
             span.end_ns = end
+            span.close = seq
             _merge_args(span, e.get("args"))  # Chrome merges the E's args
             r.spans.append(span)
         elif ph in ("b", "e"):
@@ -581,6 +590,7 @@ def _nest(spans: list[Span], instants: list[Instant], r: ParseResult) -> None:
     it at another). numpy sorts: a million tuple keys would cost ~100 MB."""
     by_thread: dict[tuple[Id, Id], list[int]] = {}
     for i, s in enumerate(spans):
+        s.index = i
         if s.phase != "b":  # async spans belong to no thread stack
             by_thread.setdefault((s.pid, s.tid), []).append(i)
     # For instants: per thread, spans sorted by start with their nesting depth.
@@ -590,9 +600,15 @@ def _nest(spans: list[Span], instants: list[Instant], r: ParseResult) -> None:
         stack: list[int] = []
         for i in ids:
             s = spans[i]
-            while stack and not (spans[stack[-1]].start_ns <= s.start_ns
-                                 and s.end_ns <= spans[stack[-1]].end_ns):
+            while stack and not _encloses(spans[stack[-1]], s):
                 stack.pop()
+            opener = s.opener
+            if opener is not None and opener.index >= 0 and (
+                    not stack or not _encloses(opener, spans[stack[-1]])
+                    and stack[-1] != opener.index):
+                # Ties sorted a B/E span after a longer sibling subtree that popped its
+                # opener: the file's own stack is the truth; the walk goes on from there.
+                stack = _path(spans, opener.index)
             s.parent = stack[-1] if stack else None
             s.depth = len(stack)
             stack.append(i)
@@ -611,6 +627,27 @@ def _nest(spans: list[Span], instants: list[Instant], r: ParseResult) -> None:
             r.instants_as_spans += 1
             spans.append(Span(inst.name, inst.pid, inst.tid, inst.ts_ns, inst.ts_ns,
                               inst.args, "i", seq=len(spans)))
+
+
+def _path(spans: Sequence[Span], i: int) -> list[int]:
+    """Span ``i`` and its ancestors, root first."""
+    path: list[int] = []
+    node: int | None = i
+    while node is not None:
+        path.append(node)
+        node = spans[node].parent
+    path.reverse()
+    return path
+
+
+def _encloses(outer: Span, inner: Span) -> bool:
+    """Whether ``inner`` (later in the containment order) nests in ``outer``. Two B/E
+    spans by the file's own stack (opened after and closed before), which also keeps a
+    zero-length span at its predecessor's end out of it; anything else by time."""
+    if outer.phase == "B" and inner.phase == "B":
+        return outer.seq < inner.seq and inner.close < outer.close \
+            and outer.start_ns <= inner.start_ns and inner.end_ns <= outer.end_ns
+    return outer.start_ns <= inner.start_ns and inner.end_ns <= outer.end_ns
 
 
 def _containment_order(spans: Sequence[Span], ids: list[int]) -> list[int]:
