@@ -146,13 +146,25 @@ class Feeder:
         self.sent = 0
         self.stalls = 0
         self._pending: list[threading.Event] = []
+        # A chunk fits in half of the smallest queue on its way (PROOFSCOPE_MAX_QUEUE,
+        # PROOFSCOPE_RERUN_QUEUE may be small). The processor has no public capacity.
+        caps = [CHUNK]
+        for processor in self.processors:
+            cap = getattr(processor, "_max_queue", None)
+            if isinstance(cap, int):
+                caps.append(cap // 2)
+            backlog = getattr(getattr(processor, "exporter", None), "backlog", None)
+            state = backlog() if callable(backlog) else None
+            if state is not None:
+                caps.append(state[1] // 2)
+        self.limit = max(1, min(caps))
 
     def add(self, span: Any) -> None:
         from otel_proofscope.pipeline.processor import estimate_bytes
 
         self.chunk.append(span)
         self.size += estimate_bytes(span)
-        if len(self.chunk) >= CHUNK or self.size >= CHUNK_BYTES:
+        if len(self.chunk) >= self.limit or self.size >= CHUNK_BYTES:
             self.send()
 
     def send(self) -> None:
