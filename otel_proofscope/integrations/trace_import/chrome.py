@@ -57,6 +57,8 @@ import numpy as np
 
 #: How many error messages a result keeps (all of them are counted).
 MAX_ERRORS = 20
+#: Names and arg keys repeat (a profiler's functions): one string object per distinct one.
+_intern = sys.intern
 #: Thread or process id as the file gives it (tracing-chrome and viztracer: ints).
 Id = int | str
 #: Times are kept within ±2**63 ns: what a signed 64-bit nanosecond clock (Rerun, numpy)
@@ -113,7 +115,6 @@ class Span:
     depth: int = 0  # nesting depth on its thread (0: a root)
     #: a B/E span: the B/E span open on its thread when it was opened (the file's tree)
     opener: Span | None = None
-    index: int = -1  # its position in ParseResult.spans (set when nesting)
 
     def add_event(self, instant: Instant) -> None:
         if self.events is _NO_EVENTS:
@@ -398,24 +399,28 @@ def _shown(value: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
+#: One object per distinct pid / tid (each event would otherwise hold its own int).
+_IDS: dict[Any, Any] = {}
+
+
 def _id(value: Any) -> Id:
     if isinstance(value, bool) or value is None:
         return 0
     if isinstance(value, int | str):
-        return value
+        if len(_IDS) > 1 << 16:
+            _IDS.clear()
+        return _IDS.setdefault(value, value)  # type: ignore[no-any-return]
     if isinstance(value, Decimal) and value == value.to_integral_value():
         return int(value)
     return str(value)
 
 
 def _args(value: Any) -> dict[str, Any]:
-    # The parser made this dict for this event alone: kept, not copied; no args share
-    # one empty dict (most of a profiler's events have none).
-    return value if isinstance(value, dict) and value else _NO_ARGS
-
-
-#: Names repeat (a profiler's functions): one string object per distinct name.
-_intern = sys.intern
+    # No args share one empty dict (most of a profiler's events have none); the keys
+    # repeat on every event of a kind, so one string object each (~100 B a span saved).
+    if isinstance(value, dict) and value:
+        return {_intern(k): v for k, v in value.items()}
+    return _NO_ARGS
 
 
 def _name(e: Mapping[str, Any]) -> str:
@@ -589,8 +594,10 @@ def _nest(spans: list[Span], instants: list[Instant], r: ParseResult) -> None:
     opened first is the parent (py-spy opens a whole stack at one timestamp and closes
     it at another). numpy sorts: a million tuple keys would cost ~100 MB."""
     by_thread: dict[tuple[Id, Id], list[int]] = {}
+    # Positions of the spans that open others (B/E files only; none for X-only files).
+    openers = {id(s.opener) for s in spans if s.opener is not None}
+    position = {id(s): i for i, s in enumerate(spans) if id(s) in openers}
     for i, s in enumerate(spans):
-        s.index = i
         if s.phase != "b":  # async spans belong to no thread stack
             by_thread.setdefault((s.pid, s.tid), []).append(i)
     # For instants: per thread, spans sorted by start with their nesting depth.
@@ -603,12 +610,12 @@ def _nest(spans: list[Span], instants: list[Instant], r: ParseResult) -> None:
             while stack and not _encloses(spans[stack[-1]], s):
                 stack.pop()
             opener = s.opener
-            if opener is not None and opener.index >= 0 and (
-                    not stack or not _encloses(opener, spans[stack[-1]])
-                    and stack[-1] != opener.index):
+            at = -1 if opener is None else position.get(id(opener), -1)
+            if at >= 0 and (not stack or not _encloses(spans[at], spans[stack[-1]])
+                            and stack[-1] != at):
                 # Ties sorted a B/E span after a longer sibling subtree that popped its
                 # opener: the file's own stack is the truth; the walk goes on from there.
-                stack = _path(spans, opener.index)
+                stack = _path(spans, at)
             s.parent = stack[-1] if stack else None
             s.depth = len(stack)
             stack.append(i)
