@@ -108,7 +108,7 @@ def rebase_offset(mode: str, parsed: Any, now_ns: int | None = None) -> int:
     if mode == "keep" or not starts:
         return 0
     now = time.time_ns() if now_ns is None else now_ns
-    first = min(starts)
+    first: int = min(starts)
     if mode == "auto" and WALL_CLOCK_FROM_NS <= first <= now + 86_400 * 10**9:
         return 0
     return now - first
@@ -190,10 +190,11 @@ class Feeder:
         for processor in self.processors:
             exporter = getattr(processor, "exporter", None)
             backlog = getattr(exporter, "backlog", None)
-            state = backlog() if callable(backlog) else None
-            if state is None:
-                if callable(backlog):  # a child process's sink: flushing is the wait
-                    processor.force_flush(int(STALL_S * 1000))
+            if not callable(backlog):
+                continue
+            state = backlog()
+            if state is None:  # a child process's sink: flushing is the wait
+                processor.force_flush(int(STALL_S * 1000))
                 continue
             n = len(items) + points
             can_take = getattr(exporter, "can_take", None)

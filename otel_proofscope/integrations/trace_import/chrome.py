@@ -52,7 +52,7 @@ from dataclasses import dataclass, field
 from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
 from typing import IO, Any
 
-import ijson
+import ijson  # type: ignore[import-untyped]
 import numpy as np
 
 #: How many error messages a result keeps (all of them are counted).
@@ -487,13 +487,13 @@ class _State:
             stack.append(span)
         elif ph == "E":
             end = self._seen(time_ns(e.get("ts")))
-            stack = self.open.get((pid, tid))
-            if not stack:
+            opened = self.open.get((pid, tid))
+            if not opened:
                 raise _Skip("'E' without an open 'B' on its thread",
                             f"pid={pid} tid={tid} name={e.get('name')!r}")
-            if stack[-1].start_ns > end:
-                raise _Skip("'E' before its 'B'", f"name={stack[-1].name!r}")
-            span = stack.pop()
+            if opened[-1].start_ns > end:
+                raise _Skip("'E' before its 'B'", f"name={opened[-1].name!r}")
+            span = opened.pop()
             span.end_ns = end
             span.close = seq
             _merge_args(span, e.get("args"))  # Chrome merges the E's args
@@ -611,8 +611,8 @@ def _nest(spans: list[Span], instants: list[Instant], r: ParseResult) -> None:
                 stack.pop()
             opener = s.opener
             at = -1 if opener is None else position.get(id(opener), -1)
-            if at >= 0 and (not stack or not _encloses(spans[at], spans[stack[-1]])
-                            and stack[-1] != at):
+            if at >= 0 and (not stack or (not _encloses(spans[at], spans[stack[-1]])
+                            and stack[-1] != at)):
                 # Ties sorted a B/E span after a longer sibling subtree that popped its
                 # opener: the file's own stack is the truth; the walk goes on from there.
                 stack = _path(spans, at)
