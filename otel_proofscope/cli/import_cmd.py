@@ -193,8 +193,14 @@ class Feeder:
             if not callable(backlog):
                 continue
             state = backlog()
-            if state is None:  # a child process's sink: flushing is the wait
+            if state is None:
+                # A child process's sink (the Rerun worker, the default at 4+ CPUs): its
+                # queue is not visible here, so the wait is a flush that travels to the
+                # child and returns once it drew everything sent so far.
                 processor.force_flush(int(STALL_S * 1000))
+                flush = getattr(exporter, "force_flush", None)
+                if callable(flush) and not flush(int(STALL_S * 1000)):
+                    self.stalls += 1
                 continue
             n = len(items) + points
             can_take = getattr(exporter, "can_take", None)
