@@ -88,7 +88,8 @@ def import_once(trace: Path, work: Path, cpus: set[int] | None,
     preexec = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
     t0 = time.monotonic()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            env=_env(pythonpath), preexec_fn=preexec, text=True)
+                            env=_env(pythonpath), preexec_fn=preexec, text=True,
+                            cwd=out)  # not the checkout: `-m` would import it first
     assert proc.stderr is not None
     err = proc.stderr.read()
     _, status, usage = os.wait4(proc.pid, 0)
