@@ -86,7 +86,8 @@ def _attrs(item: dict[str, Any]) -> dict[str, Any]:
 def test_import_a_viztracer_file_exactly(viztrace: Path, tmp_path: Path,
                                          capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "out"
-    rc = main(["import", str(viztrace), "--out", str(out), "--rerun", "off"])
+    rc = main(["import", str(viztrace), "--out", str(out), "--rerun", "off",
+               "--rebase", "keep"])
     err = capsys.readouterr().err
     assert rc == 0, err
     source = json.loads(viztrace.read_text(), parse_float=Decimal)["traceEvents"]
@@ -119,7 +120,7 @@ def test_import_a_viztracer_file_exactly(viztrace: Path, tmp_path: Path,
     assert sorted((int(p["timeUnixNano"]), int(p["asInt"])) for p in points) == sorted(
         (int(e["ts"] * 1000), e["args"]["rss"]) for e in counters)
     assert f"read {len(source)} entries: {len(source)} used, 0 ignored, 0 skipped" in err
-    assert "imported 5 spans in 1 traces, 6 span events, 3 counter points" in err
+    assert "imported 5 spans in 1 trace, 6 span events, 3 counter points" in err
 
 
 def test_import_with_rules_draws_the_walk(viztrace: Path, tmp_path: Path,
@@ -199,7 +200,8 @@ def test_import_to_an_otlp_endpoint(viztrace: Path, tmp_path: Path,
     with OtlpReceiver([received], grpc_port=0, http_port=None) as receiver:
         monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://{receiver.grpc_endpoint}")
         monkeypatch.setenv("OTEL_METRICS_EXPORTER", "none")
-        rc = main(["import", str(viztrace), "--out", str(tmp_path / "o"), "--rerun", "off"])
+        rc = main(["import", str(viztrace), "--out", str(tmp_path / "o"), "--rerun", "off",
+                   "--rebase", "keep"])
         err = capsys.readouterr().err
     assert rc == 0, err
     assert "exported to otlp: 5 spans, 6 span events" in err
@@ -259,7 +261,7 @@ def test_import_with_the_jolt_preset_draws_layers_and_round_bars(
     path, rrd = tmp_path / "trace-jolt.json", tmp_path / "jolt.rrd"
     path.write_text(json.dumps(_jolt_like_chrome_trace()))
     rc = main(["import", str(path), "--map", "jolt", "--out", str(tmp_path / "o"),
-               "--rerun", f"file:{rrd}"])
+               "--rerun", f"file:{rrd}", "--rebase", "keep"])
     err = capsys.readouterr().err
     assert rc == 0, err
     assert ("mapped with jolt: 7 of 11 spans (proof=1, proof.circuit.compile=1, "
@@ -309,3 +311,128 @@ def test_import_a_node_trace_events_file(tmp_path: Path,
     # every span event pair and instant is there: as an event or a zero-length span
     assert len(spans) + events == phases["X"] + phases["B"] + phases["b"] + instants
     assert phases["B"] == phases["E"] and phases["b"] == phases["e"]
+
+
+# ── times OTLP cannot hold (issue 28 item 5), the default timeline, backpressure ─────
+
+_BAD_TIMES = [
+    {"ph": "X", "name": "ok", "ts": 10, "dur": 1, "pid": 1, "tid": 1},
+    {"ph": "X", "name": "huge", "ts": 1e308, "dur": 1, "pid": 1, "tid": 1},
+    {"ph": "X", "name": "quoted", "ts": "1e30", "dur": 1, "pid": 1, "tid": 1},
+    {"ph": "X", "name": "past_2_64", "ts": 2e16, "dur": 1, "pid": 1, "tid": 1},
+    {"ph": "X", "name": "long", "ts": 20, "dur": 1e308, "pid": 1, "tid": 1},
+    {"ph": "X", "name": "negative", "ts": -5, "dur": 1, "pid": 1, "tid": 2},
+    {"ph": "C", "name": "mem", "ts": -7, "pid": 1, "args": {"rss": 1}},
+]
+
+
+def test_times_otlp_cannot_hold_are_refused_one_by_one_and_counted(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(_BAD_TIMES))
+    out = tmp_path / "o"
+    args = ["import", str(path), "--out", str(out), "--rerun", "off", "--rebase", "keep"]
+    assert main(args) == 0
+    err = capsys.readouterr().err
+    spans = _spans(out / "traces.jsonl")
+    assert [s["name"] for s in spans] == ["ok"]  # the good span costs nothing
+    for s in spans:
+        assert 0 <= int(s["startTimeUnixNano"]) <= int(s["endTimeUnixNano"]) < 2 ** 64
+    assert "read 7 entries: 3 used, 0 ignored, 4 skipped" in err
+    assert "ts outside ±2**63 ns (what OTLP and Rerun can hold) ×3" in err
+    assert "ts + dur ends past 2**63 ns (what OTLP and Rerun can hold) ×1" in err
+    assert ("refused 1 span (with 0 events) and 1 counter point: times outside [0, 2**63) "
+            "ns") in err
+    assert "span 'negative' at -5000 ns: before 1970" in err
+    # in the ledger too: the exit summary's dropped lines and proofscope.dropped
+    assert "1 spans → import (invalid)" in err
+    assert "1 metric_points → import (invalid)" in err
+    assert "4 trace_events → import (invalid)" in err
+    assert "dropped: nothing" not in err
+    assert main([*args, "--strict"]) == 1
+    capsys.readouterr()
+
+
+def test_the_default_timeline_starts_at_the_import_and_keeps_the_files_times(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import time
+
+    from otel_proofscope.integrations.trace_import.convert import (
+        SOURCE_START_NS,
+        TIME_OFFSET_NS,
+    )
+
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(_BAD_TIMES[:1] + _BAD_TIMES[5:6]))  # ts 10 and ts -5 µs
+    before = time.time_ns()
+    assert main(["import", str(path), "--out", str(tmp_path / "o"), "--rerun", "off"]) == 0
+    err = capsys.readouterr().err
+    spans = {s["name"]: s for s in _spans(tmp_path / "o" / "traces.jsonl")}
+    neg, ok = spans["negative"], spans["ok"]  # -5 µs is the first event: now
+    assert before <= int(neg["startTimeUnixNano"]) <= time.time_ns()
+    assert int(ok["startTimeUnixNano"]) - int(neg["startTimeUnixNano"]) == 15_000
+    assert int(_attrs(ok)[SOURCE_START_NS]) == 10_000
+    assert int(_attrs(neg)[SOURCE_START_NS]) == -5_000
+    resource = json.loads((tmp_path / "o" / "traces.jsonl").read_text().splitlines()[0])[
+        "resourceSpans"][0]["resource"]
+    assert int(_attrs(resource)[TIME_OFFSET_NS]) == int(neg["startTimeUnixNano"]) + 5_000
+    assert "times shifted by" in err and "dropped: nothing" in err
+    # a file already in wall-clock time keeps it
+    wall = time.time_ns() // 1000 - 3_600_000_000  # an hour ago, in µs
+    path.write_text(json.dumps([{"ph": "X", "name": "a", "ts": wall, "dur": 1}]))
+    assert main(["import", str(path), "--out", str(tmp_path / "w"), "--rerun", "off"]) == 0
+    capsys.readouterr()
+    (span,) = _spans(tmp_path / "w" / "traces.jsonl")
+    assert int(span["startTimeUnixNano"]) == wall * 1000
+    assert SOURCE_START_NS not in _attrs(span)
+
+
+@pytest.mark.parametrize("child", ["0", "1"], ids=["in-process", "worker-process"])
+def test_an_offline_import_waits_for_a_small_sink_instead_of_dropping(
+        child: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """In process, the wait reads the Rerun queue; with the worker process (the default at
+    4+ CPUs, whose start alone can outlast the shutdown bound on a loaded machine) it is
+    a flush that travels to the child."""
+    pytest.importorskip("rerun", reason="rerun-sdk is not installed")
+    monkeypatch.setenv("PROOFSCOPE_RERUN_QUEUE", "64")
+    monkeypatch.setenv("PROOFSCOPE_MAX_QUEUE", "128")
+    monkeypatch.setenv("PROOFSCOPE_RERUN_PROCESS", child)
+    # 3,000 spans: one root holding 20 layers of 149 leaves each (a trace as deep as a
+    # prover's), so end order would make everything wait for the root
+    events: list[dict[str, Any]] = [{"ph": "X", "name": "root", "ts": 0, "dur": 10 ** 6,
+                                     "pid": 1, "tid": 1}]
+    for layer in range(20):
+        base = 1 + layer * 40_000
+        events.append({"ph": "X", "name": f"layer{layer}", "ts": base, "dur": 39_000,
+                       "pid": 1, "tid": 1})
+        events += [{"ph": "X", "name": "leaf", "ts": base + 1 + 200 * k, "dur": 100,
+                    "pid": 1, "tid": 1, "args": {"k": k}} for k in range(149)]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(events))
+    rrd = tmp_path / "t.rrd"
+    rc = main(["import", str(path), "--out", str(tmp_path / "o"), "--rerun", f"file:{rrd}"])
+    err = capsys.readouterr().err
+    assert rc == 0, err
+    assert "imported 3001 spans in 1 trace" in err
+    assert "dropped: nothing" in err, err
+    # (the drawn count is process-wide: earlier tests in this process add to it)
+    assert "rerun: drawn" in err and "orphan" not in err, err
+    assert len(_spans(tmp_path / "o" / "traces.jsonl")) == 3001
+
+
+def test_the_summary_counts_and_plurals(tmp_path: Path,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 30: "1 spans", and span events miscounted under --map jolt."""
+    path = tmp_path / "t.json"
+    events = [{"ph": "X", "name": "only", "ts": 1, "dur": 10, "pid": 1, "tid": 1}]
+    events += [{"ph": "i", "name": f"e{k}", "ts": 2 + k, "pid": 1, "tid": 1}
+               for k in range(7)]
+    path.write_text(json.dumps(events))
+    assert main(["import", str(path), "--out", str(tmp_path / "o"), "--rerun", "off",
+                 "--map", "jolt"]) == 0
+    err = capsys.readouterr().err
+    assert "imported 1 span in 1 trace, 7 span events, 0 counter points" in err
+    mine = [line for line in err.splitlines() if line.startswith("proofscope import: read")
+            or line.startswith("proofscope import: imported")]
+    assert not any("1 spans" in line or "1 traces" in line for line in mine)

@@ -179,7 +179,11 @@ def test_arbitrary_events_never_raise_and_counts_add_up(events: list[Any],
     assert r.entries == len(events)
     # and what was read always converts, and maps, without raising
     out = convert(r, Resource({}), seed=1)
-    assert len(out.spans) == len(r.spans) and out.points == len(r.counters)
+    # a time before 1970 (or past 2**63 ns) is refused, counted, never written
+    assert len(out.spans) + out.refused.spans == len(r.spans)
+    assert out.points + out.refused.points == len(r.counters)
+    for span in out.spans:
+        assert 0 <= span.start_time <= span.end_time < 2 ** 63
     by_id = {s.context.span_id: s for s in out.spans}
     for span in out.spans:
         if span.parent is not None:
@@ -202,3 +206,35 @@ def test_cut_and_corrupted_files_never_raise_and_counts_add_up(events: list[Any]
     except ChromeFormatError:
         return  # only when no array is there at all
     _check_accounting(r)
+
+
+def test_a_valid_file_is_streamed_not_read_whole() -> None:
+    """Memory follows the spans kept, not the text: a valid file is read in the
+    parser's small buffers (the tolerant reader, which holds the text, is not used)."""
+    import io
+
+    from otel_proofscope.integrations.trace_import.chrome import parse_file
+
+    events = [{"ph": "X", "name": f"f{k % 50}", "ts": k * 10 + 0.125, "dur": 5,
+               "pid": 1, "tid": 1 + k % 3, "args": {"k": k}} for k in range(20_000)]
+    raw = json.dumps({"traceEvents": events}).encode()
+    assert len(raw) > 1 << 20
+
+    class Reads(io.BytesIO):
+        largest = 0
+
+        def read(self, n: int | None = -1) -> bytes:
+            chunk = super().read(n)
+            Reads.largest = max(Reads.largest, len(chunk))
+            return chunk
+
+    r = parse_file(Reads(raw))
+    assert Reads.largest <= 1 << 16 and r.entries == 20_000 and not r.skipped
+    assert [(s.name, s.start_ns, s.end_ns, s.parent) for s in r.spans] == [
+        (s.name, s.start_ns, s.end_ns, s.parent) for s in parse(raw).spans]
+    # a malformed entry near the end: read on from there, byte offsets exact
+    at = raw.rindex(b', {"ph"') + 2
+    r = parse_file(Reads(raw[:at] + b"{oops}, " + raw[at:]))
+    assert r.skipped == {"malformed JSON": 1} and r.entries == 20_001
+    assert r.errors[0].startswith(f"event #19999 (byte {at}): malformed JSON")
+    assert len(r.spans) == 20_000

@@ -13,8 +13,22 @@ and Chrome's own tracing: either a JSON array of events or an object whose
 
 Timestamps are microseconds; they are read as decimals, never as binary floats, and
 become integer nanoseconds exactly (``1234.567`` µs → ``1234567`` ns; a digit beyond the
-nanosecond is rounded half to even). A ``B`` that the file never closes (a crashed
-prover's trace) ends at the last timestamp of the file and is marked.
+nanosecond is rounded half to even). A time outside ±2**63 ns (±292 years), or an end
+that a ``dur`` pushes past it, is refused with its event (OTLP's unsigned 64-bit and
+Rerun's signed 64-bit nanoseconds both hold [0, 2**63) once rebased; the importer checks
+that range after the shift). A ``B`` that the file never closes (a crashed prover's
+trace) ends at the last timestamp of the file and is marked.
+
+Nesting on a thread is by time containment; spans with the very same interval nest in
+the file's order (the first opened is the parent: ``B outer@0, B inner@0, E inner@10, E
+outer@10`` gives outer ⊃ inner, as py-spy writes its stacks), and ``X`` events of the
+same interval likewise by their position in the file.
+
+The file is read as a stream (``ijson`` on its C backend, yajl2): memory grows with the
+spans kept, not with the file's text. A file that is not strictly valid JSON (cut short,
+a malformed stretch, NaN literals, invalid UTF-8) is read on from the first bad entry by
+a tolerant reader, which holds the file's text; byte offsets of bad entries are found by
+a second read only when there are any.
 
 Nothing is dropped silently: each array entry is either used, ignored (harmless
 metadata such as ``process_sort_index``) or skipped with a reason, so
@@ -27,19 +41,31 @@ stretch is skipped up to the next event.
 from __future__ import annotations
 
 import bisect
+import io
 import json
 import math
 import re
+import sys
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
-from typing import Any
+from typing import IO, Any
+
+import ijson  # type: ignore[import-untyped]
+import numpy as np
 
 #: How many error messages a result keeps (all of them are counted).
 MAX_ERRORS = 20
+#: Names and arg keys repeat (a profiler's functions): one string object per distinct one.
+_intern = sys.intern
 #: Thread or process id as the file gives it (tracing-chrome and viztracer: ints).
 Id = int | str
+#: Times are kept within ±2**63 ns: what a signed 64-bit nanosecond clock (Rerun, numpy)
+#: holds, and after the importer's shift what OTLP's unsigned fixed64 holds too.
+TIME_LIMIT_NS = 2 ** 63
+#: Bytes looked at to tell the array form from the object form.
+_HEAD = 1 << 16
 
 _THOUSAND = Decimal(1000)
 # Where a new event can start after a malformed stretch: an object after a comma or at
@@ -53,7 +79,11 @@ class ChromeFormatError(ValueError):
     """The input is not a Chrome trace-event file at all (nothing could be read)."""
 
 
-@dataclass
+_NO_ARGS: dict[str, Any] = {}  # shared by every event without args: never mutated
+_NO_EVENTS: list[Instant] = []  # shared until a span gets its first event: never mutated
+
+
+@dataclass(slots=True)
 class Instant:
     name: str
     pid: Id
@@ -63,7 +93,7 @@ class Instant:
     scope: str = "t"
 
 
-@dataclass
+@dataclass(slots=True)
 class Span:
     name: str
     pid: Id
@@ -75,7 +105,22 @@ class Span:
     category: str | None = None
     unterminated: bool = False
     parent: int | None = None  # index into ParseResult.spans
-    events: list[Instant] = field(default_factory=list)
+    events: list[Instant] = field(default_factory=lambda: _NO_EVENTS)
+    #: position in the file of the event that opened it (B, b, X): the tie-break
+    #: between spans of the same interval (the one opened first is the parent)
+    seq: int = 0
+    #: position in the file of the E that closed a B (unclosed: after every entry):
+    #: two B/E spans nest exactly as the file opened and closed them
+    close: int = 1 << 62
+    depth: int = 0  # nesting depth on its thread (0: a root)
+    #: a B/E span: the B/E span open on its thread when it was opened (the file's tree)
+    opener: Span | None = None
+
+    def add_event(self, instant: Instant) -> None:
+        if self.events is _NO_EVENTS:
+            self.events = [instant]
+        else:
+            self.events.append(instant)
 
 
 @dataclass(frozen=True)
@@ -103,12 +148,14 @@ class ParseResult:
     notes: list[str] = field(default_factory=list)
     unterminated: int = 0  # B / b never closed (imported, ending at the last timestamp)
     instants_as_spans: int = 0  # instants no span encloses (imported as 0-length spans)
+    #: the first MAX_ERRORS skips as (index, byte offset or None: found after the read,
+    #: reason, detail); ``errors`` is written from these when the read ends
+    sites: list[tuple[int, int | None, str, str]] = field(default_factory=list)
 
-    def skip(self, reason: str, index: int, offset: int, detail: str = "") -> None:
+    def skip(self, reason: str, index: int, offset: int | None, detail: str = "") -> None:
         self.skipped[reason] += 1
-        if len(self.errors) < MAX_ERRORS:
-            where = f"event #{index} (byte {offset})"
-            self.errors.append(f"{where}: {reason}" + (f": {detail}" if detail else ""))
+        if len(self.sites) < MAX_ERRORS:
+            self.sites.append((index, offset, reason, detail))
 
     @property
     def instants(self) -> int:
@@ -127,26 +174,99 @@ def looks_like_chrome(head: bytes) -> bool:
 def parse(data: bytes | str) -> ParseResult:
     """Everything usable in ``data``; raises :class:`ChromeFormatError` only when the
     input has no trace-event array at all."""
+    raw = data.encode("utf-8", errors="surrogatepass") if isinstance(data, str) else data
+    return parse_file(io.BytesIO(raw))
+
+
+def parse_file(f: IO[bytes]) -> ParseResult:
+    """Everything usable in the seekable binary file ``f``, read as a stream; raises
+    :class:`ChromeFormatError` only when it has no trace-event array at all."""
     result = ParseResult()
-    text = data.decode("utf-8", errors="replace") if isinstance(data, bytes) else data
-    if isinstance(data, bytes) and "\ufffd" in text and b"\xef\xbf\xbd" not in data:
-        result.notes.append("invalid UTF-8 replaced by U+FFFD")
-    bytes_at = _ByteOffsets(text)
     state = _State(result)
-    for index, (entry, pos, error) in enumerate(_entries(text, result)):
+    source = _Source(f, result)
+    for index, (entry, pos, error) in enumerate(source.entries()):
         result.entries += 1
         if error is not None:
-            result.skip("malformed JSON", index, bytes_at(pos), error)
+            result.skip("malformed JSON", index, source.byte_offset(pos), error)
             continue
         try:
-            state.event(entry)
+            state.event(entry, index)
         except _Skip as exc:
-            result.skip(exc.reason, index, bytes_at(pos), exc.detail)
+            result.skip(exc.reason, index, source.byte_offset(pos), exc.detail)
     state.finish()
+    source.write_errors()
     return result
 
 
 # ── reading the array ────────────────────────────────────────────────────────────────
+
+
+class _Source:
+    """The entries of a file: streamed by ijson while the JSON is valid, then by the
+    tolerant text reader from the first entry ijson could not read."""
+
+    def __init__(self, f: IO[bytes], result: ParseResult) -> None:
+        self.f = f
+        self.r = result
+        self._offsets: _ByteOffsets | None = None
+
+    def entries(self) -> Iterator[tuple[Any, int | None, str | None]]:
+        head = self.f.read(_HEAD)
+        self.f.seek(0)
+        text = head.lstrip(b" \t\r\n")
+        prefix = "item" if text.startswith(b"[") else \
+            "traceEvents.item" if text.startswith(b"{") else None
+        done = 0
+        if prefix is not None:  # a BOM or anything odd goes to the tolerant reader
+            try:
+                for entry in ijson.items(self.f, prefix, use_float=False):
+                    yield entry, None, None
+                    done += 1
+            except Exception:  # not strictly valid JSON: read on, tolerantly
+                pass
+            else:
+                if done or prefix == "item":
+                    return
+        yield from self._tolerant(done)
+
+    def _tolerant(self, done: int) -> Iterator[tuple[Any, int | None, str | None]]:
+        text = self._text()
+        for n, item in enumerate(_entries(text, self.r)):
+            if n >= done:  # the first ``done`` were read by ijson already
+                yield item
+
+    def _text(self) -> str:
+        self.f.seek(0)
+        data = self.f.read()
+        text = data.decode("utf-8", errors="replace")
+        if "\ufffd" in text and b"\xef\xbf\xbd" not in data \
+                and "invalid UTF-8 replaced by U+FFFD" not in self.r.notes:
+            self.r.notes.append("invalid UTF-8 replaced by U+FFFD")
+        self._offsets = _ByteOffsets(text)
+        return text
+
+    def byte_offset(self, pos: int | None) -> int | None:
+        return None if pos is None or self._offsets is None else self._offsets(pos)
+
+    def write_errors(self) -> None:
+        """``errors`` from the sites, finding the byte offsets the stream did not give
+        (a second read of the file, only when something was skipped)."""
+        sites = self.r.sites
+        missing = {index for index, offset, _, _ in sites if offset is None}
+        found: dict[int, int] = {}
+        if missing:
+            scratch = ParseResult()
+            text = self._text()
+            last = max(missing)
+            for n, (_, pos, _) in enumerate(_entries(text, scratch)):
+                if n in missing and pos is not None:
+                    found[n] = self.byte_offset(pos) or 0
+                if n >= last:
+                    break
+        self.r.errors = [
+            f"event #{index} (byte {offset if offset is not None else found.get(index, '?')})"
+            f": {reason}" + (f": {detail}" if detail else "")
+            for index, offset, reason, detail in sites]
 
 
 def _decoder() -> json.JSONDecoder:
@@ -258,25 +378,56 @@ def ts_to_ns(value: Any, what: str = "ts") -> int:
     raise _Skip(f"missing or invalid {what}", repr(value))
 
 
+def time_ns(value: Any, what: str = "ts") -> int:
+    """:func:`ts_to_ns` within ±:data:`TIME_LIMIT_NS` (a time beyond is refused)."""
+    ns = ts_to_ns(value, what)
+    if not -TIME_LIMIT_NS <= ns < TIME_LIMIT_NS:
+        raise _Skip(f"{what} outside ±2**63 ns (what OTLP and Rerun can hold)",
+                    _shown(value))
+    return ns
+
+
+def _end(start: int, dur: int, value: Any) -> int:
+    if start + dur >= TIME_LIMIT_NS:
+        raise _Skip("ts + dur ends past 2**63 ns (what OTLP and Rerun can hold)",
+                    _shown(value))
+    return start + dur
+
+
+def _shown(value: Any) -> str:
+    text = str(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+#: One object per distinct pid / tid (each event would otherwise hold its own int).
+_IDS: dict[Any, Any] = {}
+
+
 def _id(value: Any) -> Id:
     if isinstance(value, bool) or value is None:
         return 0
     if isinstance(value, int | str):
-        return value
+        if len(_IDS) > 1 << 16:
+            _IDS.clear()
+        return _IDS.setdefault(value, value)  # type: ignore[no-any-return]
     if isinstance(value, Decimal) and value == value.to_integral_value():
         return int(value)
     return str(value)
 
 
 def _args(value: Any) -> dict[str, Any]:
-    return dict(value) if isinstance(value, dict) else {}
+    # No args share one empty dict (most of a profiler's events have none); the keys
+    # repeat on every event of a kind, so one string object each (~100 B a span saved).
+    if isinstance(value, dict) and value:
+        return {_intern(k): v for k, v in value.items()}
+    return _NO_ARGS
 
 
 def _name(e: Mapping[str, Any]) -> str:
     name = e.get("name")
     if not isinstance(name, str) or not name:
         raise _Skip("event without a name")
-    return name
+    return _intern(name)
 
 
 def _number(value: Any) -> int | float | None:
@@ -307,7 +458,7 @@ class _State:
             self.last_ns = ns
         return ns
 
-    def event(self, e: Any) -> None:
+    def event(self, e: Any, seq: int = 0) -> None:
         if not isinstance(e, dict):
             raise _Skip("entry is not a JSON object", type(e).__name__)
         ph = e.get("ph")
@@ -317,35 +468,41 @@ class _State:
         r = self.r
         if ph == "X":
             name = _name(e)
-            start = self._seen(ts_to_ns(e.get("ts")))
+            start = time_ns(e.get("ts"))
             dur = ts_to_ns(e.get("dur"), "dur")
             if dur < 0:
                 raise _Skip("negative dur", str(e.get("dur")))
-            self._seen(start + dur)
-            r.spans.append(Span(name, pid, tid, start, start + dur, _args(e.get("args")), "X",
-                                _category(e)))
+            end = _end(start, dur, e.get("dur"))
+            self._seen(start)
+            self._seen(end)
+            r.spans.append(Span(name, pid, tid, start, end, _args(e.get("args")), "X",
+                                _category(e), seq=seq))
         elif ph == "B":
             name = _name(e)
-            start = self._seen(ts_to_ns(e.get("ts")))
-            span = Span(name, pid, tid, start, start, _args(e.get("args")), "B", _category(e))
-            self.open.setdefault((pid, tid), []).append(span)
+            start = self._seen(time_ns(e.get("ts")))
+            span = Span(name, pid, tid, start, start, _args(e.get("args")), "B", _category(e),
+                        seq=seq)
+            stack = self.open.setdefault((pid, tid), [])
+            span.opener = stack[-1] if stack else None
+            stack.append(span)
         elif ph == "E":
-            end = self._seen(ts_to_ns(e.get("ts")))
-            stack = self.open.get((pid, tid))
-            if not stack:
+            end = self._seen(time_ns(e.get("ts")))
+            opened = self.open.get((pid, tid))
+            if not opened:
                 raise _Skip("'E' without an open 'B' on its thread",
                             f"pid={pid} tid={tid} name={e.get('name')!r}")
-            if stack[-1].start_ns > end:
-                raise _Skip("'E' before its 'B'", f"name={stack[-1].name!r}")
-            span = stack.pop()
+            if opened[-1].start_ns > end:
+                raise _Skip("'E' before its 'B'", f"name={opened[-1].name!r}")
+            span = opened.pop()
             span.end_ns = end
-            span.args.update(_args(e.get("args")))  # Chrome merges the E's args
+            span.close = seq
+            _merge_args(span, e.get("args"))  # Chrome merges the E's args
             r.spans.append(span)
         elif ph in ("b", "e"):
-            self._async(e, ph, pid, tid)
+            self._async(e, ph, pid, tid, seq)
         elif ph in _INSTANT_PHASES:
             name = _name(e)
-            ts = self._seen(ts_to_ns(e.get("ts")))
+            ts = self._seen(time_ns(e.get("ts")))
             raw_scope = e.get("s")
             scope = raw_scope if isinstance(raw_scope, str) and raw_scope in "gpt" \
                 and raw_scope else "t"
@@ -359,12 +516,13 @@ class _State:
             raise _Skip(f"unsupported phase '{ph}'")
         r.used[ph] += 1
 
-    def _async(self, e: Mapping[str, Any], ph: str, pid: Id, tid: Id) -> None:
+    def _async(self, e: Mapping[str, Any], ph: str, pid: Id, tid: Id, seq: int) -> None:
         ident = e.get("id", e.get("id2"))
         key = (pid, _category(e), json.dumps(ident, default=str, sort_keys=True))
-        ts = self._seen(ts_to_ns(e.get("ts")))
+        ts = self._seen(time_ns(e.get("ts")))
         if ph == "b":
-            span = Span(_name(e), pid, tid, ts, ts, _args(e.get("args")), "b", _category(e))
+            span = Span(_name(e), pid, tid, ts, ts, _args(e.get("args")), "b", _category(e),
+                        seq=seq)
             self.open_async.setdefault(key, []).append(span)
             return
         stack = self.open_async.get(key)
@@ -374,12 +532,12 @@ class _State:
             raise _Skip("'e' before its 'b'", f"id={ident!r}")
         span = stack.pop()
         span.end_ns = ts
-        span.args.update(_args(e.get("args")))
+        _merge_args(span, e.get("args"))
         self.r.spans.append(span)
 
     def _counter(self, e: Mapping[str, Any], pid: Id) -> None:
         name = _name(e)
-        ts = self._seen(ts_to_ns(e.get("ts")))
+        ts = self._seen(time_ns(e.get("ts")))
         args = _args(e.get("args"))
         points = [(str(k), _number(v)) for k, v in args.items()]
         good = [(k, v) for k, v in points if v is not None]
@@ -416,29 +574,50 @@ class _State:
 
 def _category(e: Mapping[str, Any]) -> str | None:
     cat = e.get("cat")
-    return cat if isinstance(cat, str) and cat else None
+    return _intern(cat) if isinstance(cat, str) and cat else None
+
+
+def _merge_args(span: Span, extra: Any) -> None:
+    more = _args(extra)
+    if more:
+        span.args = {**span.args, **more}  # never into the shared empty dict
 
 
 # ── nesting ──────────────────────────────────────────────────────────────────────────
 
 
 def _nest(spans: list[Span], instants: list[Instant], r: ParseResult) -> None:
-    """Parents by time containment on each thread; instants onto their innermost span."""
+    """Parents by time containment on each thread; instants onto their innermost span.
+
+    Spans of one thread in the order (start, longest first, file order): a parent comes
+    before its children, and of two spans with the very same interval the one the file
+    opened first is the parent (py-spy opens a whole stack at one timestamp and closes
+    it at another). numpy sorts: a million tuple keys would cost ~100 MB."""
     by_thread: dict[tuple[Id, Id], list[int]] = {}
+    # Positions of the spans that open others (B/E files only; none for X-only files).
+    openers = {id(s.opener) for s in spans if s.opener is not None}
+    position = {id(s): i for i, s in enumerate(spans) if id(s) in openers}
     for i, s in enumerate(spans):
         if s.phase != "b":  # async spans belong to no thread stack
             by_thread.setdefault((s.pid, s.tid), []).append(i)
     # For instants: per thread, spans sorted by start with their nesting depth.
     index: dict[tuple[Id, Id], tuple[list[int], list[int]]] = {}
-    for key, ids in by_thread.items():
-        ids.sort(key=lambda i: (spans[i].start_ns, -spans[i].end_ns, i))
+    for key, unsorted in by_thread.items():
+        ids = _containment_order(spans, unsorted)
         stack: list[int] = []
         for i in ids:
             s = spans[i]
-            while stack and not (spans[stack[-1]].start_ns <= s.start_ns
-                                 and s.end_ns <= spans[stack[-1]].end_ns):
+            while stack and not _encloses(spans[stack[-1]], s):
                 stack.pop()
+            opener = s.opener
+            at = -1 if opener is None else position.get(id(opener), -1)
+            if at >= 0 and (not stack or (not _encloses(spans[at], spans[stack[-1]])
+                            and stack[-1] != at)):
+                # Ties sorted a B/E span after a longer sibling subtree that popped its
+                # opener: the file's own stack is the truth; the walk goes on from there.
+                stack = _path(spans, at)
             s.parent = stack[-1] if stack else None
+            s.depth = len(stack)
             stack.append(i)
         index[key] = (ids, [spans[i].start_ns for i in ids])
     for inst in sorted(instants, key=lambda x: x.ts_ns):
@@ -450,11 +629,44 @@ def _nest(spans: list[Span], instants: list[Instant], r: ParseResult) -> None:
                     if owner is not None:
                         break
         if owner is not None:
-            spans[owner].events.append(inst)
+            spans[owner].add_event(inst)
         else:
             r.instants_as_spans += 1
             spans.append(Span(inst.name, inst.pid, inst.tid, inst.ts_ns, inst.ts_ns,
-                              inst.args, "i"))
+                              inst.args, "i", seq=len(spans)))
+
+
+def _path(spans: Sequence[Span], i: int) -> list[int]:
+    """Span ``i`` and its ancestors, root first."""
+    path: list[int] = []
+    node: int | None = i
+    while node is not None:
+        path.append(node)
+        node = spans[node].parent
+    path.reverse()
+    return path
+
+
+def _encloses(outer: Span, inner: Span) -> bool:
+    """Whether ``inner`` (later in the containment order) nests in ``outer``. Two B/E
+    spans by the file's own stack (opened after and closed before), which also keeps a
+    zero-length span at its predecessor's end out of it; anything else by time."""
+    if outer.phase == "B" and inner.phase == "B":
+        return outer.seq < inner.seq and inner.close < outer.close \
+            and outer.start_ns <= inner.start_ns and inner.end_ns <= outer.end_ns
+    return outer.start_ns <= inner.start_ns and inner.end_ns <= outer.end_ns
+
+
+def _containment_order(spans: Sequence[Span], ids: list[int]) -> list[int]:
+    """``ids`` sorted by (start, end descending, seq). Times are within ±2**63, so
+    ``~end`` (= -end - 1) never overflows int64."""
+    if len(ids) < 2:
+        return ids
+    starts = np.fromiter((spans[i].start_ns for i in ids), np.int64, len(ids))
+    ends = np.fromiter((~spans[i].end_ns for i in ids), np.int64, len(ids))
+    seqs = np.fromiter((spans[i].seq for i in ids), np.int64, len(ids))
+    order = np.lexsort((seqs, ends, starts))  # the last key is the primary one
+    return [ids[k] for k in order.tolist()]
 
 
 def _innermost(spans: Sequence[Span], entry: tuple[list[int], list[int]] | None,

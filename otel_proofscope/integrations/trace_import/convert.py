@@ -7,17 +7,32 @@ becomes the resource attribute ``process.pid`` (with ``chrome.process_name``), `
 the span attribute ``thread.id`` (with ``thread.name``). An event's ``args`` become span
 attributes under their own keys, so mapping rules can read them (``index_from =
 "shard"``). Counters become gauge points stamped with their own timestamps.
+
+Spans are built one at a time (:class:`Converter`), so an import holds the parsed file
+and a few thousand SDK spans, never all of them (a ``ReadableSpan`` costs ~2 KB: the
+viztracer trace of ``examples/toy_prover.py``, 655k spans, held 1.5 GB that way). Span
+ids are a bijective 64-bit mix of the span's index and one random key: unique within a
+file, reproducible with ``seed``, and nothing to store.
+
+Times: ``offset_ns`` shifts every timestamp by one constant. A span, event or counter
+point whose shifted time falls outside [0, 2**63) ns is refused and counted
+(:class:`Refused`): OTLP holds unsigned 64-bit nanoseconds and Rerun signed ones, and
+one such value would otherwise fail the whole batch it is encoded in. A refused span's
+children hang from its nearest kept ancestor. When the times are shifted, each span
+keeps the file's own start in :data:`SOURCE_START_NS` and the resource the shift in
+:data:`TIME_OFFSET_NS`.
 """
 
 from __future__ import annotations
 
 import json
 import random
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
+import numpy as np
 from opentelemetry.sdk.metrics.export import (
     Gauge,
     Metric,
@@ -31,13 +46,42 @@ from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, TraceFlags
 
-from otel_proofscope.integrations.trace_import.chrome import Id, ParseResult
+from otel_proofscope.integrations.trace_import.chrome import (
+    TIME_LIMIT_NS,
+    CounterPoint,
+    Id,
+    ParseResult,
+    Span,
+)
 from otel_proofscope.semconv import ImportAttr
 from otel_proofscope.version import __version__
 
 SCOPE = InstrumentationScope("otel_proofscope.import", __version__)
 #: Longest string attribute kept from an event's args (a larger value is cut, marked).
 MAX_ARG_TEXT = 4096
+#: The file's own start of a span (integer ns, exact), set when the import shifted times.
+SOURCE_START_NS = "proofscope.source.start_time_ns"
+#: Resource attribute: the constant the import added to every timestamp (ns).
+TIME_OFFSET_NS = "proofscope.import.time_offset_ns"
+_MASK = (1 << 64) - 1
+
+
+@dataclass
+class Refused:
+    """What the import refused because its time cannot be held once shifted."""
+
+    spans: int = 0
+    events: int = 0  # span events of refused spans
+    points: int = 0  # counter points
+    reasons: list[str] = field(default_factory=list)  # the first few, with names
+
+
+def _mix(x: int) -> int:
+    """splitmix64's finaliser: a bijection of 64-bit integers (distinct in, distinct out)."""
+    x = (x + 0x9E3779B97F4A7C15) & _MASK
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK
+    return (x ^ (x >> 31)) or 1
 
 
 @dataclass(frozen=True)
@@ -46,51 +90,95 @@ class Converted:
     metrics: MetricsData
     points: int
     traces: int
+    refused: Refused = field(default_factory=lambda: Refused())
 
 
-def convert(parsed: ParseResult, base: Resource, *, offset_ns: int = 0,
-            source: str | None = None, seed: int | None = None) -> Converted:
-    """Spans (in end order, as a live SDK sends them) and counter points of ``parsed``.
+class Converter:
+    """Builds the SDK span of one parsed span at a time (see the module docstring)."""
 
-    ``offset_ns`` is added to every timestamp (0 keeps the file's own, exactly);
-    ``seed`` makes trace and span ids reproducible.
-    """
-    rng = random.Random(seed)
-    resources: dict[Id, Resource] = {}
-    traces: dict[Id, int] = {}
+    def __init__(self, parsed: ParseResult, base: Resource, *, offset_ns: int = 0,
+                 source: str | None = None, seed: int | None = None) -> None:
+        self.parsed = parsed
+        self.base = base
+        self.offset_ns = offset_ns
+        self.source = source
+        rng = random.Random(seed)
+        self._key = rng.getrandbits(64)
+        self._rng = rng
+        self._resources: dict[Id, Resource] = {}
+        self._traces: dict[Id, int] = {}
+        self.refused = Refused()
+        self._refused: set[int] = set()
+        self._screen()
 
-    def resource(pid: Id) -> Resource:
-        res = resources.get(pid)
+    @property
+    def traces(self) -> int:
+        return len(self._traces)
+
+    def _screen(self) -> None:
+        """Refuse what the shift puts outside [0, 2**63) ns (counted, with reasons)."""
+        off, r = self.offset_ns, self.refused
+        for i, s in enumerate(self.parsed.spans):
+            if s.start_ns + off >= 0 and s.end_ns + off < TIME_LIMIT_NS:
+                continue
+            self._refused.add(i)
+            r.spans += 1
+            r.events += len(s.events)
+            if len(r.reasons) < 5:
+                r.reasons.append(f"span {s.name!r} at {s.start_ns} ns: " + (
+                    "before 1970 (negative time; try --rebase now)" if s.start_ns + off < 0
+                    else "ends past 2**63 ns"))
+        points = [c for c in self.parsed.counters
+                  if not 0 <= c.ts_ns + off < TIME_LIMIT_NS]
+        r.points = len(points)
+        for c in points[:max(0, 5 - len(r.reasons))]:
+            r.reasons.append(f"counter point {c.name!r} at {c.ts_ns} ns: outside "
+                             "[0, 2**63) ns")
+
+    def resource(self, pid: Id) -> Resource:
+        res = self._resources.get(pid)
         if res is None:
             attrs: dict[str, Any] = {ImportAttr.PROCESS_PID: pid}
-            name = parsed.process_names.get(pid)
+            name = self.parsed.process_names.get(pid)
             if name:
                 attrs[ImportAttr.PROCESS_NAME] = name
-            if source:
-                attrs[ImportAttr.SOURCE_FILE] = source
-            res = resources[pid] = base.merge(Resource(attrs))
+            if self.source:
+                attrs[ImportAttr.SOURCE_FILE] = self.source
+            if self.offset_ns:
+                attrs[TIME_OFFSET_NS] = self.offset_ns
+            res = self._resources[pid] = self.base.merge(Resource(attrs))
         return res
 
-    def trace_id(pid: Id) -> int:
-        tid = traces.get(pid)
+    def _trace_id(self, pid: Id) -> int:
+        tid = self._traces.get(pid)
         if tid is None:
-            tid = traces[pid] = rng.getrandbits(128) or 1
+            tid = self._traces[pid] = self._rng.getrandbits(128) or 1
         return tid
 
-    span_ids = [rng.getrandbits(64) or 1 for _ in parsed.spans]
-    out: list[ReadableSpan] = []
-    for i in _end_order(parsed):
-        s = parsed.spans[i]
-        trace = trace_id(s.pid)
-        ctx = SpanContext(trace, span_ids[i], is_remote=False,
-                          trace_flags=TraceFlags(TraceFlags.SAMPLED))
-        parent = None
-        if s.parent is not None:
-            parent = SpanContext(trace, span_ids[s.parent], is_remote=False,
-                                 trace_flags=TraceFlags(TraceFlags.SAMPLED))
+    def span_id(self, i: int) -> int:
+        return _mix(self._key + i)
+
+    def kept_parent(self, s: Span) -> int | None:
+        parent = s.parent
+        while parent is not None and parent in self._refused:
+            parent = self.parsed.spans[parent].parent
+        return parent
+
+    def span(self, i: int) -> ReadableSpan | None:
+        """The SDK span of parsed span ``i`` (None: refused, counted in ``refused``)."""
+        if i in self._refused:
+            return None
+        s = self.parsed.spans[i]
+        off = self.offset_ns
+        trace = self._trace_id(s.pid)
+        flags = TraceFlags(TraceFlags.SAMPLED)
+        ctx = SpanContext(trace, self.span_id(i), is_remote=False, trace_flags=flags)
+        parent_index = self.kept_parent(s)
+        parent = None if parent_index is None else SpanContext(
+            trace, self.span_id(parent_index), is_remote=False, trace_flags=flags)
         attrs = attributes(s.args)
         attrs[ImportAttr.THREAD_ID] = s.tid
-        thread_name = parsed.thread_names.get((s.pid, s.tid))
+        thread_name = self.parsed.thread_names.get((s.pid, s.tid))
         if thread_name:
             attrs[ImportAttr.THREAD_NAME] = thread_name
         if s.category:
@@ -98,15 +186,47 @@ def convert(parsed: ParseResult, base: Resource, *, offset_ns: int = 0,
         attrs[ImportAttr.PHASE] = s.phase
         if s.unterminated:
             attrs[ImportAttr.UNTERMINATED] = True
-        events = [Event(ev.name, attributes(ev.args), ev.ts_ns + offset_ns, limit=None)
+        if off:
+            attrs[SOURCE_START_NS] = s.start_ns
+        events = [Event(ev.name, attributes(ev.args), ev.ts_ns + off, limit=None)
                   for ev in s.events]
-        out.append(ReadableSpan(
-            name=s.name, context=ctx, parent=parent, resource=resource(s.pid),
+        return ReadableSpan(
+            name=s.name, context=ctx, parent=parent, resource=self.resource(s.pid),
             attributes=attrs, events=events, kind=SpanKind.INTERNAL,
-            start_time=s.start_ns + offset_ns, end_time=s.end_ns + offset_ns,
-            instrumentation_scope=SCOPE))
-    metrics, points = _metrics(parsed, resource, offset_ns)
-    return Converted(out, metrics, points, len(traces))
+            start_time=s.start_ns + off, end_time=s.end_ns + off,
+            instrumentation_scope=SCOPE)
+
+    def spans(self, order: Iterable[int]) -> Iterator[ReadableSpan]:
+        for i in order:
+            span = self.span(i)
+            if span is not None:
+                yield span
+
+    def metrics(self) -> tuple[MetricsData, int]:
+        return _metrics(self.parsed.counters, self.resource, self.offset_ns)
+
+    def metric_chunks(self, size: int) -> Iterator[tuple[MetricsData, int]]:
+        """The counter points in pieces of at most ``size`` (each a sink can queue)."""
+        counters = self.parsed.counters
+        for at in range(0, len(counters), max(1, size)):
+            data, n = _metrics(counters[at:at + size], self.resource, self.offset_ns)
+            if n:
+                yield data, n
+
+
+def convert(parsed: ParseResult, base: Resource, *, offset_ns: int = 0,
+            source: str | None = None, seed: int | None = None) -> Converted:
+    """Spans (in end order, as a live SDK sends them) and counter points of ``parsed``,
+    all at once (small files, tests; ``proofscope import`` streams with
+    :class:`Converter`).
+
+    ``offset_ns`` is added to every timestamp (0 keeps the file's own, exactly);
+    ``seed`` makes trace and span ids reproducible.
+    """
+    conv = Converter(parsed, base, offset_ns=offset_ns, source=source, seed=seed)
+    out = list(conv.spans(_end_order(parsed)))
+    metrics, points = conv.metrics()
+    return Converted(out, metrics, points, conv.traces, conv.refused)
 
 
 def _end_order(parsed: ParseResult) -> list[int]:
@@ -114,12 +234,47 @@ def _end_order(parsed: ParseResult) -> list[int]:
     the parent it ends with. An import then looks to every sink like the prover itself
     sending (mapping rules that hold a child for its parent rely on it)."""
     return sorted(range(len(parsed.spans)),
-                  key=lambda i: (parsed.spans[i].end_ns, -parsed.spans[i].start_ns, i))
+                  key=lambda i: (parsed.spans[i].end_ns, -parsed.spans[i].start_ns,
+                                 -parsed.spans[i].depth, i))
 
 
-def _metrics(parsed: ParseResult, resource: Any, offset_ns: int) -> tuple[MetricsData, int]:
+def send_order(parsed: ParseResult, mapped: Callable[[Span], bool] | None = None,
+               ) -> Iterator[int]:
+    """Span indices in the order ``proofscope import`` sends them.
+
+    Spans a mapping rule matches come first, in end order (a live SDK's: a round span
+    before its layer, layers before their proof, layer indices in occurrence order, all
+    as the rules expect). Every other span follows parent before children (start, then
+    depth, then file order), so the trace view places each at once: in end order a whole
+    trace waits for its root, which ends last, and a 655k-span trace overflowed the view's
+    bounded waiting room (63,222 spans drawn as orphans, counted ``size_cap``). The only
+    spans that wait are the mapped ones, for their unmapped ancestors.
+    """
+    spans = parsed.spans
+    first: list[int] = []
+    rest = range(len(spans))
+    if mapped is not None:
+        flags = [mapped(s) for s in spans]
+        first = [i for i, f in enumerate(flags) if f]
+        first.sort(key=lambda i: (spans[i].end_ns, -spans[i].start_ns, -spans[i].depth, i))
+        rest = [i for i, f in enumerate(flags) if not f]  # type: ignore[assignment]
+    yield from first
+    if not rest:
+        return
+    ids = np.fromiter(rest, np.int64, len(rest))
+    starts = np.fromiter((spans[i].start_ns for i in rest), np.int64, len(rest))
+    depths = np.fromiter((spans[i].depth for i in rest), np.int64, len(rest))
+    seqs = np.fromiter((spans[i].seq for i in rest), np.int64, len(rest))
+    order = np.lexsort((seqs, depths, starts))
+    yield from ids[order].tolist()
+
+
+def _metrics(counters: Sequence[CounterPoint], resource: Any,
+             offset_ns: int) -> tuple[MetricsData, int]:
     by_pid: dict[Id, dict[str, list[NumberDataPoint]]] = {}
-    for c in parsed.counters:
+    for c in counters:
+        if not 0 <= c.ts_ns + offset_ns < TIME_LIMIT_NS:
+            continue  # refused (Converter counts it)
         by_pid.setdefault(c.pid, {}).setdefault(c.name, []).append(NumberDataPoint(
             attributes={ImportAttr.COUNTER_SERIES: c.series}, start_time_unix_nano=0,
             time_unix_nano=c.ts_ns + offset_ns, value=c.value))
@@ -128,7 +283,8 @@ def _metrics(parsed: ParseResult, resource: Any, offset_ns: int) -> tuple[Metric
             Metric(name, None, None, Gauge(points)) for name, points in series.items()],
             "")], "")
         for pid, series in by_pid.items()]
-    return MetricsData(resource_metrics), len(parsed.counters)
+    return MetricsData(resource_metrics), sum(len(v) for series in by_pid.values()
+                                              for v in series.values())
 
 
 def attributes(args: Mapping[str, Any]) -> dict[str, Any]:
