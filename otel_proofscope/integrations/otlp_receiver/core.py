@@ -213,9 +213,9 @@ class Ingest:
         # what is queued; a queue that is empty takes it a chunk at a time below.
         if self._backlog_full(max(total, 1)):
             return self._refuse_full(total)
-        now = time.monotonic()
-        give_up = now + self.reply_within_s if reply_by is None else min(
-            reply_by, now + self.reply_within_s)
+        # Room is waited for while the sender is still there to hear the answer: until
+        # its own deadline (gRPC), else reply_within_s (OTLP/HTTP has no deadline).
+        give_up = time.monotonic() + self.reply_within_s if reply_by is None else reply_by
         invalid = feed.Rejections()
         accepted = failed_spans = not_taken = 0
         errors: list[str] = []
@@ -249,8 +249,7 @@ class Ingest:
             rejected = invalid.count + failed_spans + not_taken
             self._ledger.record("spans", LEDGER_SINK, REASON_BUSY, not_taken)
             errors.append(f"{not_taken} of {total} spans not taken: the span queue stayed "
-                          f"full for {self.reply_within_s:.0f} s or until the sender's "
-                          "deadline; send them again later")
+                          "full until the answer was due; send them again later")
             _log.info("OTLP trace request: %d of %d spans not taken (queue full)",
                       not_taken, total)
         message = "; ".join(m for m in (invalid.message, *errors) if m)

@@ -57,7 +57,7 @@ _METRICS_SERVICE = metrics_service_pb2.DESCRIPTOR.services_by_name["MetricsServi
 def _reply_by(context: grpc.ServicerContext) -> float | None:
     """When the client needs its answer: its deadline less a margin for the reply to
     travel (None: no deadline given)."""
-    remaining = context.time_remaining()
+    remaining: float | None = context.time_remaining()
     if remaining is None or remaining > 1e9:  # grpcio's "no deadline" is huge, not None
         return None
     return time.monotonic() + max(0.0, remaining - max(0.5, 0.1 * remaining))
