@@ -1,11 +1,14 @@
 """OTLP/HTTP front end: ``POST /v1/traces`` and ``/v1/metrics``, protobuf or JSON.
 
 Built on the standard library's ``ThreadingHTTPServer``. Checks run before the body is
-read (token, media type, declared length), so an unauthorized or oversized request costs
-no memory; a rejected body is drained (up to :data:`DRAIN_FACTOR` × cap) only so that
-clients which send the whole body before reading the answer see the status instead of a
-reset connection. Error bodies are ``google.rpc.Status`` in the request's encoding, as
-OTLP/HTTP specifies.
+read (token, media type, declared length against the cap), so an unauthorized or
+oversized request costs no memory; a rejected body is drained (up to
+:data:`DRAIN_FACTOR` × cap) only so that clients which send the whole body before reading
+the answer see the status instead of a reset connection. The in-flight byte budget is
+taken as body bytes arrive and as they inflate, never on what a header declares, and
+the body's deadline follows the client's own progress (``limits.BodyClock``); once the
+body is in, no deadline runs over our own decode and export. Error bodies are
+``google.rpc.Status`` in the request's encoding, as OTLP/HTTP specifies.
 """
 
 from __future__ import annotations

@@ -5,12 +5,16 @@ only had a per-read socket timeout, so 8 clients dripping one byte every 10 s he
 slot for good and every legitimate exporter, gRPC included, got "busy". Now:
 
 * :class:`Watchdog`: one thread that closes any request still unfinished at its
-  deadline (headers and body together, not per read) and counts it;
+  deadline (request line and headers within the deadline; the body within the
+  deadline plus what its progress earns, :class:`BodyClock`) and counts it;
 * :class:`ByteBudget`: request bytes in flight (being received, decoded or exported) are
-  reserved from one budget; a request past it is refused at once with a retry hint
-  (HTTP 503 + ``Retry-After``, gRPC RESOURCE_EXHAUSTED + ``RetryInfo``) and counted.
-  One request is always let through when nothing else is in flight, so a request within
-  the message cap can never be refused forever.
+  reserved from one budget as they are actually read or inflated (:class:`Reservation`;
+  reserving the declared length plus the gzip cap up front let 4 clients dripping one
+  byte a second hold it all), at most half of it per HTTP client address; a request past it
+  is refused at once with a retry hint (HTTP 503 + ``Retry-After``, gRPC
+  RESOURCE_EXHAUSTED + ``RetryInfo``) and counted. One request is always let through
+  when nothing else is in flight, so a request within the message cap can never be
+  refused forever.
 """
 
 from __future__ import annotations
