@@ -169,16 +169,20 @@ def tiny() -> dict[str, float]:
     channel = grpc.insecure_channel(serve.grpc)
     export = channel.unary_unary(EXPORT)
     told = [0]
+    codes: list[str] = []
     lock = threading.Lock()
 
     def send(body: bytes) -> None:
         try:
             raw = export(body, timeout=10)
             n = ExportTraceServiceResponse.FromString(raw).partial_success.rejected_spans
-        except grpc.RpcError:
+            code = "OK"
+        except grpc.RpcError as exc:
             n = 0  # refused whole (UNAVAILABLE): nothing accepted, nothing to tell
+            code = exc.code().name
         with lock:
             told[0] += n
+            codes.append(code)
 
     threads = [threading.Thread(target=send, args=(b,)) for b in bodies]
     for t in threads:
@@ -194,6 +198,9 @@ def tiny() -> dict[str, float]:
     return {"peak RSS over idle MB": (peak - idle) / MB,
             "spans accepted": int(accepted.group(1)) if accepted else 0,
             "told not taken": told[0],
+            "answered OK": codes.count("OK"),
+            "refused whole (UNAVAILABLE)": codes.count("UNAVAILABLE"),
+            "answered late (DEADLINE_EXCEEDED)": codes.count("DEADLINE_EXCEEDED"),
             "dropped after OK": int(dropped.group(1)) if dropped else 0}
 
 
@@ -258,8 +265,8 @@ def main() -> None:
         print(f"\n{case} (median, range of {len(runs)} runs):")
         for key in runs[0]:
             values = [r[key] for r in runs]
-            print(f"  {key}: {statistics.median(values):.1f} "
-                  f"({min(values):.1f}–{max(values):.1f})")
+            print(f"  {key}: {statistics.median(values):.4g} "
+                  f"({min(values):.4g}–{max(values):.4g})")
 
 
 if __name__ == "__main__":
