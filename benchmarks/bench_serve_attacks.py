@@ -60,7 +60,7 @@ class Serve:
         env["XDG_RUNTIME_DIR"] = self.dir.name
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "otel_proofscope", "serve", "--grpc-port", "0",
-             "--http-port", "0", "--rerun", f"file:{self.dir.name}/b.rrd", *extra],
+             "--http-port", "0", "--rerun", os.environ.get("BENCH_RERUN") or f"file:{self.dir.name}/b.rrd", *extra],
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
         assert self.proc.stdout is not None
         self.lines: list[str] = []
@@ -223,6 +223,21 @@ def _session_body(k: int, per: int) -> bytes:
     return bytes(req.SerializeToString())
 
 
+def _cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _settle(pid: int, limit_s: float = 60.0) -> None:
+    """Wait until serve has drawn what it queued: under 5 % of a CPU for 1 s."""
+    end = time.monotonic() + limit_s
+    while time.monotonic() < end:
+        before = _cpu_s(pid)
+        time.sleep(1.0)
+        if _cpu_s(pid) - before < 0.05:
+            return
+
+
 def session(traces: int) -> dict[str, float]:
     per = 200
     serve = Serve()
@@ -240,6 +255,7 @@ def session(traces: int) -> dict[str, float]:
                 time.sleep(0.1)
         for part in (1, 2, 3):
             if k + 1 == requests * part // 3:
+                _settle(serve.proc.pid)  # drawn: the queue's backlog is not counted
                 out[f"RSS MB at {(k + 1) * per} traces"] = _status(serve.proc.pid,
                                                                    "VmRSS") / MB
     serve.stop()
