@@ -58,9 +58,11 @@ class Serve:
         env = {k: v for k, v in os.environ.items()
                if not k.startswith(("OTEL_", "PROOFSCOPE_"))}
         env["XDG_RUNTIME_DIR"] = self.dir.name
+        # BENCH_RERUN=off: the receiver alone, to tell its memory from the drawing's.
+        rerun = os.environ.get("BENCH_RERUN") or f"file:{self.dir.name}/b.rrd"
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "otel_proofscope", "serve", "--grpc-port", "0",
-             "--http-port", "0", "--rerun", os.environ.get("BENCH_RERUN") or f"file:{self.dir.name}/b.rrd", *extra],
+             "--http-port", "0", "--rerun", rerun, *extra],
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
         assert self.proc.stdout is not None
         self.lines: list[str] = []
