@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -43,13 +44,14 @@ def _body(n: int) -> bytes:
     return bytes(encode_spans(memory.get_finished_spans()).SerializeToString())
 
 
+@settings(deadline=None)
 @given(st.integers(0, 20), st.integers(1, 20), st.integers(1, 8))
 def test_refused_exactly_when_the_queue_cannot_take_the_request(
         queued: int, capacity: int, n: int) -> None:
     queued = min(queued, capacity)
     ledger = DropLedger()
-    queue = Queue(queued, capacity)
-    ingest = Ingest([queue], ledger=ledger)
+    queue = Queue(queued, capacity)  # never drains
+    ingest = Ingest([queue], ledger=ledger, reply_within_s=0.05)
     result = ingest.handle(codec.Signal.TRACES, _body(n), codec.Encoding.PROTOBUF)
     full = queued > 0 and queued + n > capacity
     if full:
@@ -57,11 +59,26 @@ def test_refused_exactly_when_the_queue_cannot_take_the_request(
         assert queue.get_finished_spans() == ()
         assert ledger.total() == 1  # the request, once, as queue_full; no spans counted
         assert ingest.stats().get("spans_accepted", 0) == 0
-    else:  # an empty queue takes any request (what does not fit is counted there)
+    elif queued + n <= capacity:
         assert result.outcome is Outcome.OK
         assert len(queue.get_finished_spans()) == n
         assert ledger.total() == 0
         assert ingest.stats()["spans_accepted"] == n
+    else:
+        # An empty queue smaller than the request: it is handed only what it takes
+        # (chunk by chunk), the rest is refused in the answer (OTLP partial success)
+        # and counted, never dropped behind an OK.
+        assert result.outcome is Outcome.OK
+        taken = len(queue.get_finished_spans())
+        assert 1 <= taken <= capacity
+        assert queue.queued <= capacity
+        response = ExportTraceServiceResponse.FromString(bytes(
+            result.response.SerializeToString()))  # type: ignore[union-attr]
+        assert response.partial_success.rejected_spans == n - taken
+        assert "not taken" in response.partial_success.error_message
+        assert ledger.total(signal="spans", reason="queue_full") == n - taken
+        assert ingest.stats()["spans_accepted"] == taken
+        assert ingest.stats()["spans_rejected"] == n - taken
     assert all(k.sink == LEDGER_SINK for k in ledger.snapshot())
 
 

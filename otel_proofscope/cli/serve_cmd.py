@@ -25,6 +25,10 @@ TOKEN_ENV = "PROOFSCOPE_SERVE_TOKEN"
 DEFAULT_RRD = "proofscope-out/serve.rrd"
 #: Bound on the shutdown after SIGINT/SIGTERM: in-flight requests, then the Rerun flush.
 STOP_GRACE_S = 2.0
+#: Span positions the Rerun trace view keeps for serve (its own default, 2**18, is
+#: sized for one process's proof): 80,000 single-span traces from 2,000 services grew
+#: serve by ~3.7 KB per trace with no plateau; past this bound the oldest traces go.
+TRACE_SPANS = 16_384
 
 EPILOG = f"""\
 Point any OTLP exporter at it, e.g. for a Rust prover with opentelemetry-otlp:
@@ -90,6 +94,18 @@ def register(sub: Any) -> None:
                    help="mapping rules that turn a foreign prover's spans into proof phases "
                         "(a preset: sp1, jolt; or a rule file; default $PROOFSCOPE_MAP; "
                         "docs/mapping.md)")
+    p.add_argument("--forward", default=None, metavar="ENDPOINT",
+                   help="re-export what is received over OTLP (mapped names, the original "
+                        "kept as an attribute, plus the proof metrics the mapped spans "
+                        "imply) to ENDPOINT (default $OTEL_EXPORTER_OTLP_ENDPOINT when set; "
+                        "'off' to disable)")
+    p.add_argument("--forward-protocol", default=None, choices=("grpc", "http/protobuf"),
+                   help="protocol of --forward (default $OTEL_EXPORTER_OTLP_PROTOCOL, "
+                        "else grpc)")
+    p.add_argument("--max-trace-spans", type=_positive, default=TRACE_SPANS, metavar="N",
+                   help="span positions the trace view remembers (for the depth of later "
+                        "children), all traces together; the oldest traces are forgotten "
+                        "past it, so a long session plateaus (default %(default)s)")
     p.set_defaults(handler=serve)
 
 
@@ -98,14 +114,37 @@ def rerun_target(cli_value: str | None) -> str:
     return target
 
 
-def _exporters(target: str) -> tuple[list[Any], list[Any]]:
+def _exporters(target: str, trace_spans: int = TRACE_SPANS) -> tuple[list[Any], list[Any]]:
     if target.lower() == "off":
         return [], []
     if target.startswith("file:"):
         Path(target[len("file:"):]).expanduser().parent.mkdir(parents=True, exist_ok=True)
     from otel_proofscope.rerun.exporter import RerunMetricExporter, RerunSpanExporter
 
-    return [RerunSpanExporter(target)], [RerunMetricExporter(target)]
+    spans = RerunSpanExporter(target)
+    bound_trace_view(spans, trace_spans)
+    return [spans], [RerunMetricExporter(target)]
+
+
+def bound_trace_view(exporter: Any, spans: int) -> None:
+    """Bound what the in-process trace view remembers (``TraceTranslator.max_placed``,
+    its public knob): a receiver runs for days, a prover's process does not."""
+    translator = getattr(getattr(exporter, "sink", None), "trace", None)
+    if translator is not None and hasattr(translator, "max_placed"):
+        translator.max_placed = max(1, min(int(translator.max_placed), spans))
+
+
+def trace_view_line(exporters: list[Any]) -> str | None:
+    """How many traces the trace view still remembers, of how many it drew."""
+    for exporter in exporters:
+        translator: Any = getattr(getattr(exporter, "sink", None), "trace", None)
+        kept = getattr(translator, "_traces", None)
+        drawn = getattr(translator, "_ordinal", None)
+        if kept is not None and isinstance(drawn, int):
+            forgotten = max(0, drawn - len(kept))
+            return (f"trace view: {len(kept)} traces remembered, {forgotten} older ones "
+                    f"forgotten (bound: {translator.max_placed} span positions)")
+    return None
 
 
 #: Hosts that bind every interface (``--host ""`` used to print ``http://:PORT``).
@@ -149,8 +188,26 @@ def serve(args: argparse.Namespace) -> int:
     except RuleError as exc:
         print(f"proofscope serve: --map: {exc}", file=sys.stderr)
         return 2
+    from otel_proofscope.cli import serve_forward
+
+    forward = None
+    endpoint, source = serve_forward.endpoint_from(args.forward)
+    if endpoint is not None and endpoint.lower() != "off":
+        try:
+            serve_forward.check_not_self(endpoint, args.host, (args.grpc_port, args.http_port))
+            forward = serve_forward.Forward(endpoint, mapper, args.forward_protocol)
+        except serve_forward.ForwardError as exc:
+            if source == "--forward":
+                print(f"proofscope serve: --forward: {exc}", file=sys.stderr)
+                return 2
+            print(f"proofscope serve: warning: not forwarding to ${source}: {exc}",
+                  file=sys.stderr)
     try:
-        span_exporters, metric_exporters = _exporters(target)
+        span_exporters, metric_exporters = _exporters(target, args.max_trace_spans)
+        rerun_spans = list(span_exporters)
+        if forward is not None:
+            span_exporters = [serve_forward.Fanout(*span_exporters, forward.span_exporter)]
+            metric_exporters = [*metric_exporters, forward.metric_exporter]
         span_exporters = [wrap(e, mapper) for e in span_exporters]
     except ImportError as exc:
         print(f"proofscope serve: the Rerun exporter is unavailable ({exc}); install "
@@ -165,6 +222,8 @@ def serve(args: argparse.Namespace) -> int:
         print(f"proofscope serve: cannot listen: {exc}", file=sys.stderr)
         for exp in [*span_exporters, *metric_exporters]:
             exp.shutdown()
+        if forward is not None:
+            forward.shutdown(0.1)
         return 1
 
     stop = threading.Event()
@@ -188,12 +247,16 @@ def serve(args: argparse.Namespace) -> int:
         print(f"Rerun: {target}" + ("  (token required)" if token else ""), flush=True)
         if mapper is not None:
             print(f"mapping: {mapper.rules.label}", flush=True)
+        if forward is not None:
+            print(f"forwarding to {forward.endpoint} ({forward.protocol})", flush=True)
         while not stop.wait(0.5):
             pass
     finally:
         if collector is not None:
             collector.pause()  # the drawing left gets the time until the deadline
         receiver.stop(STOP_GRACE_S)
+        if forward is not None:
+            forward.shutdown(STOP_GRACE_S)
         for s, handler in previous.items():
             signal.signal(s, handler)
     stats = receiver.stats()
@@ -208,6 +271,11 @@ def serve(args: argparse.Namespace) -> int:
         or "none declared"), flush=True)
     if mapper is not None:
         print(summary(mapper), flush=True)
+    if forward is not None:
+        print(forward.summary(), flush=True)
+    view = trace_view_line(rerun_spans)
+    if view:
+        print(view, flush=True)
     for line in accounting_lines(target, stats.get("spans_accepted", 0)):
         print(line, flush=True)
     return 0

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hmac
 import logging
 import threading
+import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -24,7 +25,7 @@ from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult,
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from otel_proofscope.integrations.otlp_receiver import codec, limits
+from otel_proofscope.integrations.otlp_receiver import codec, feed, limits
 from otel_proofscope.ledger import DROPS, DropLedger
 from otel_proofscope.otlp import decode
 from otel_proofscope.semconv import DropReason
@@ -47,6 +48,12 @@ DEFAULT_MAX_CONCURRENT = 8
 ADMISSION_TIMEOUT_S = 5.0
 #: Bound on one downstream export call (the SDK exporters' own timeout argument).
 EXPORT_TIMEOUT_MS = 10_000.0
+#: How long a trace request may wait for room in the span queues, chunk after chunk,
+#: before the rest of it is answered as rejected (partial success). Below the OTLP
+#: exporters' default 10 s timeout, so the sender is still there to hear it.
+REPLY_WITHIN_S = 8.0
+#: Poll interval while a chunk waits for room in a span queue.
+QUEUE_POLL_S = 0.02
 
 _ITEM_SIGNAL = {codec.Signal.TRACES: "spans", codec.Signal.METRICS: "metric_points"}
 
@@ -101,6 +108,7 @@ class Ingest:
                  admission_timeout_s: float = ADMISSION_TIMEOUT_S,
                  max_inflight_bytes: int = limits.DEFAULT_MAX_INFLIGHT_BYTES,
                  request_deadline_s: float = limits.DEFAULT_REQUEST_DEADLINE_S,
+                 reply_within_s: float = REPLY_WITHIN_S,
                  ledger: DropLedger = DROPS) -> None:
         if max_message_bytes <= 0:
             raise ValueError(f"max_message_bytes must be positive, got {max_message_bytes}")
@@ -120,6 +128,9 @@ class Ingest:
         if not request_deadline_s > 0:
             raise ValueError(f"request_deadline_s must be positive, got {request_deadline_s}")
         self.request_deadline_s = request_deadline_s
+        if not reply_within_s > 0:
+            raise ValueError(f"reply_within_s must be positive, got {reply_within_s}")
+        self.reply_within_s = reply_within_s
         self.budget = limits.ByteBudget(max_inflight_bytes)
         # SDK exporters are not promised to be thread-safe; requests arrive concurrently.
         self._export_lock = threading.Lock()
@@ -172,8 +183,14 @@ class Ingest:
 
     # ── the request itself ──────────────────────────────────────────────────────────
 
-    def handle(self, signal: codec.Signal, body: bytes, encoding: codec.Encoding) -> Result:
-        """Decode, convert and export one request body (auth already checked)."""
+    def handle(self, signal: codec.Signal, body: bytes, encoding: codec.Encoding, *,
+               reply_by: float | None = None) -> Result:
+        """Decode, convert and export one request body (auth already checked).
+
+        ``reply_by``: the monotonic time by which the sender needs its answer (a gRPC
+        client's deadline); spans the sinks could not take by then are answered as
+        rejected (OTLP partial success) instead of being dropped after an OK.
+        """
         if len(body) > self.max_message_bytes:
             return self.reject(signal, Outcome.TOO_LARGE,
                                f"request of {len(body)} bytes exceeds the cap of "
@@ -182,30 +199,60 @@ class Ingest:
             request = codec.decode(signal, body, encoding)
         except codec.BadRequest as exc:
             return self.reject(signal, Outcome.INVALID, str(exc))
+        del body  # the parsed request is all that is needed from here on
         if signal is codec.Signal.TRACES:
             assert isinstance(request, ExportTraceServiceRequest)
-            return self.handle_traces(request)
+            return self.handle_traces(request, reply_by=reply_by)
         assert isinstance(request, ExportMetricsServiceRequest)
         return self.handle_metrics(request)
 
-    def handle_traces(self, request: ExportTraceServiceRequest) -> Result:
-        if self._backlog_full(1):  # before the decode: nothing can be taken now
-            return self._refuse_full(0)
-        batch = decode.spans_from_request(request)
-        failed: str | None = ""
-        if batch.spans:
-            failed = self._export_spans(batch.spans)
-            if failed is None:  # counted once, as a refused request; the sender retries
-                return self._refuse_full(len(batch.spans))
+    def handle_traces(self, request: ExportTraceServiceRequest, *,
+                      reply_by: float | None = None) -> Result:
+        total = feed.span_count(request)
+        # Pushed back before anything is accepted when the request does not fit beside
+        # what is queued; a queue that is empty takes it a chunk at a time below.
+        if self._backlog_full(max(total, 1)):
+            return self._refuse_full(total)
+        # Room is waited for while the sender is still there to hear the answer: until
+        # its own deadline (gRPC), else reply_within_s (OTLP/HTTP has no deadline).
+        give_up = time.monotonic() + self.reply_within_s if reply_by is None else reply_by
+        invalid = feed.Rejections()
+        accepted = failed_spans = not_taken = 0
+        errors: list[str] = []
+        done = seen_invalid = 0
+        for chunk, wire in feed.chunks(request, self._chunk_size(), invalid):
+            chunk_invalid, seen_invalid = invalid.count - seen_invalid, invalid.count
+            if chunk:
+                # The first chunk is not waited for: a sender is pushed back (retry)
+                # before anything of its request is accepted; later chunks wait for
+                # room while the sender can still hear the answer.
+                failed = self._feed_spans(chunk, give_up if done else None)
+                if failed is None:
+                    if not done:  # counted once, as a refused request; the sender retries
+                        return self._refuse_full(len(chunk))
+                    not_taken = total - done - chunk_invalid
+                    break
+                if failed:
+                    failed_spans += len(chunk)
+                    if failed not in errors:
+                        errors.append(failed)
+                else:
+                    accepted += len(chunk)
+            done += wire
         self._count_declared(request)
-        rejected, message = batch.rejected, batch.error_message
-        if rejected:
-            self._ledger.record("spans", LEDGER_SINK, DropReason.INVALID.value, rejected)
-        accepted = len(batch.spans)
-        if batch.spans and failed:
-            rejected += accepted
-            accepted = 0
-            message = "; ".join(m for m in (message, failed) if m)
+        rejected = invalid.count + failed_spans
+        if invalid.count:
+            self._ledger.record("spans", LEDGER_SINK, DropReason.INVALID.value, invalid.count)
+        if not_taken:
+            # Spans of this request the sinks never saw (rejected ones past the stop
+            # included): refused, told to the sender, counted here.
+            rejected = invalid.count + failed_spans + not_taken
+            self._ledger.record("spans", LEDGER_SINK, REASON_BUSY, not_taken)
+            errors.append(f"{not_taken} of {total} spans not taken: the span queue stayed "
+                          "full until the answer was due; send them again later")
+            _log.info("OTLP trace request: %d of %d spans not taken (queue full)",
+                      not_taken, total)
+        message = "; ".join(m for m in (invalid.message, *errors) if m)
         self._count(codec.Signal.TRACES, Outcome.OK, accepted=accepted, rejected=rejected)
         return Result(Outcome.OK, message,
                       codec.response(codec.Signal.TRACES, rejected, message))
@@ -257,28 +304,47 @@ class Ingest:
         return self.reject(codec.Signal.TRACES, Outcome.BUSY,
                            f"the span queue cannot take {what} now, retry later")
 
+    def _chunk_size(self) -> int:
+        """Spans per chunk: at most a quarter of the smallest sink queue that says its
+        capacity, so a chunk always fits beside what is queued."""
+        size = feed.CHUNK_SPANS
+        for exporter in self.span_exporters:
+            backlog = getattr(exporter, "backlog", None)
+            got = backlog() if callable(backlog) else None
+            if isinstance(got, tuple) and len(got) == 2 and type(got[1]) is int:
+                size = min(size, max(1, got[1] // 4))
+        return size
+
+    def _feed_spans(self, spans: list[ReadableSpan], wait_until: float | None) -> str | None:
+        """Export one chunk once every sink can take it, waiting for room until
+        ``wait_until`` (None: not at all). None when the room never came."""
+        while True:
+            with self._export_lock:
+                if not self._cannot_take(spans):
+                    return self._export_spans(spans)
+            if wait_until is None or time.monotonic() >= wait_until:
+                return None
+            time.sleep(QUEUE_POLL_S)
+
     # Returns an error message when every sink failed (the items are then lost for good
     # and reported as rejected); a sink that fails while another succeeds is only counted.
-    # None: a sink's queue cannot take the spans now; nothing was exported.
-    def _export_spans(self, spans: list[ReadableSpan]) -> str | None:
+    # Called under the export lock, once the sinks said they can take the spans.
+    def _export_spans(self, spans: list[ReadableSpan]) -> str:
         if not self.span_exporters:
             return ""
         errors: list[str] = []
-        with self._export_lock:
-            if self._cannot_take(spans):
-                return None
-            for exporter in self.span_exporters:
-                try:
-                    ok = exporter.export(spans) is SpanExportResult.SUCCESS
-                    why = "export failed"
-                except Exception as exc:
-                    ok, why = False, f"{type(exc).__name__}: {exc}"
-                    _log.exception("span exporter %s raised", type(exporter).__name__)
-                if not ok:
-                    name = type(exporter).__name__
-                    self._ledger.record("spans", f"{LEDGER_SINK}:{name}",
-                                        DropReason.EXPORT_FAILED.value, len(spans))
-                    errors.append(f"{name}: {why}")
+        for exporter in self.span_exporters:
+            try:
+                ok = exporter.export(spans) is SpanExportResult.SUCCESS
+                why = "export failed"
+            except Exception as exc:
+                ok, why = False, f"{type(exc).__name__}: {exc}"
+                _log.exception("span exporter %s raised", type(exporter).__name__)
+            if not ok:
+                name = type(exporter).__name__
+                self._ledger.record("spans", f"{LEDGER_SINK}:{name}",
+                                    DropReason.EXPORT_FAILED.value, len(spans))
+                errors.append(f"{name}: {why}")
         return "; ".join(errors) if len(errors) == len(self.span_exporters) else ""
 
     def _export_metrics(self, data: MetricsData, points: int) -> str:

@@ -1,11 +1,14 @@
 """OTLP/HTTP front end: ``POST /v1/traces`` and ``/v1/metrics``, protobuf or JSON.
 
 Built on the standard library's ``ThreadingHTTPServer``. Checks run before the body is
-read (token, media type, declared length), so an unauthorized or oversized request costs
-no memory; a rejected body is drained (up to :data:`DRAIN_FACTOR` × cap) only so that
-clients which send the whole body before reading the answer see the status instead of a
-reset connection. Error bodies are ``google.rpc.Status`` in the request's encoding, as
-OTLP/HTTP specifies.
+read (token, media type, declared length against the cap), so an unauthorized or
+oversized request costs no memory; a rejected body is drained (up to
+:data:`DRAIN_FACTOR` × cap) only so that clients which send the whole body before reading
+the answer see the status instead of a reset connection. The in-flight byte budget is
+taken as body bytes arrive and as they inflate, never on what a header declares, and
+the body's deadline follows the client's own progress (``limits.BodyClock``); once the
+body is in, no deadline runs over our own decode and export. Error bodies are
+``google.rpc.Status`` in the request's encoding, as OTLP/HTTP specifies.
 """
 
 from __future__ import annotations
@@ -22,7 +25,12 @@ from typing import Any
 from otel_proofscope.integrations.otlp_receiver import codec
 from otel_proofscope.integrations.otlp_receiver.core import Ingest, Outcome, Result
 from otel_proofscope.integrations.otlp_receiver.grpc_server import GRPC_CODE
-from otel_proofscope.integrations.otlp_receiver.limits import RETRY_AFTER_S, Watchdog
+from otel_proofscope.integrations.otlp_receiver.limits import (
+    RETRY_AFTER_S,
+    BodyClock,
+    Reservation,
+    Watchdog,
+)
 
 _log = logging.getLogger("otel_proofscope.serve.http")
 
@@ -32,6 +40,8 @@ DRAIN_FACTOR = 4
 #: a whole-request deadline: Ingest.request_deadline_s).
 SOCKET_TIMEOUT_S = 15.0
 _CHUNK = 64 * 1024
+#: Inflated bytes produced (and taken from the budget) per step.
+_INFLATE_STEP = 256 * 1024
 
 HTTP_STATUS: dict[Outcome, HTTPStatus] = {
     Outcome.OK: HTTPStatus.OK,
@@ -77,6 +87,8 @@ class _Handler(BaseHTTPRequestHandler):
     _body_read = False
     _deadline: int | None = None
     _timed_out = False
+    _held: Reservation
+    _clock: BodyClock
 
     def log_message(self, format: str, *args: Any) -> None:
         _log.debug("%s %s", self.address_string(), format % args)
@@ -143,28 +155,31 @@ class _Handler(BaseHTTPRequestHandler):
                                        "supported; use gzip or none"), encoding)
             return
         cap = ingest.max_message_bytes
-        declared = _declared_length(self.headers.get("Content-Length"))
-        reserved = min(declared, cap) if declared is not None else cap
-        if content_encoding == "gzip":
-            reserved += cap  # the inflated copy
-        if not ingest.budget.reserve(reserved):
-            self._reject(ingest.reject(signal, Outcome.OVER_BUDGET,
-                                       f"receiver over its in-flight byte budget "
-                                       f"({ingest.budget.limit} bytes), retry later"), encoding)
-            return
+        # Budget taken as the bytes arrive (and as they inflate), not on the declared
+        # length: a client that declares 4 MiB and drips one byte a second holds bytes
+        # it sent, not 8 MiB of everyone else's budget.
+        self._held = Reservation(ingest.budget, self.client_address[0])
         try:
-            # The body arrives with no shared slot held: a slow client holds only its
-            # own thread and its share of the byte budget, until its deadline.
             try:
+                self._clock = BodyClock(ingest.request_deadline_s)
+                if self._deadline is not None:
+                    self.server.watchdog.move(self._deadline, ingest.request_deadline_s)
                 body = self._read_body(cap)
+                # The client is done once its body is in: the deadline measured the
+                # client, never our own decode and export (a 4 MB request that took us
+                # 10 s used to be cut off, counted as a timeout and as accepted).
+                if self._deadline is not None and not self.server.watchdog.disarm(
+                        self._deadline):
+                    self._timed_out = True
+                self._deadline = None
+                if self._timed_out:
+                    return
                 if content_encoding == "gzip":
-                    body = _gunzip(body, cap)
+                    body = self._gunzip(body, cap)
             except _BodyError as exc:
                 if self._timed_out:
                     return  # counted as timeout; the connection is gone
                 self._reject(ingest.reject(signal, exc.outcome, str(exc)), encoding)
-                return
-            if self._timed_out:
                 return
             if not ingest.admit():
                 self._reject(ingest.reject(signal, Outcome.BUSY, "receiver busy, retry later"),
@@ -174,8 +189,9 @@ class _Handler(BaseHTTPRequestHandler):
                 result = ingest.handle(signal, body, encoding)
             finally:
                 ingest.release()
+                del body
         finally:
-            ingest.budget.release(reserved)
+            self._held.close()
         if result.outcome is Outcome.OK and result.response is not None:
             self._send(HTTPStatus.OK, codec.encode(result.response, encoding), encoding.value)
         else:
@@ -190,6 +206,27 @@ class _Handler(BaseHTTPRequestHandler):
     do_PUT = do_DELETE = do_PATCH = do_HEAD = do_GET
 
     # ── body ────────────────────────────────────────────────────────────────────────
+
+    def _recv(self, n: int) -> bytes:
+        """Exactly ``n`` body bytes, taken from the budget as they arrive; each read
+        moves the deadline by the client's own progress (:class:`BodyClock`)."""
+        parts: list[bytes] = []
+        left = n
+        while left > 0:
+            got = self.rfile.read1(min(left, _CHUNK))  # type: ignore[attr-defined]
+            if not got:
+                break
+            if not self._held.take(len(got)):
+                self.close_connection = True
+                raise _BodyError(Outcome.OVER_BUDGET,
+                                 f"receiver over its in-flight byte budget "
+                                 f"({self._held.budget.limit} bytes in all, "
+                                 f"{self._held.budget.per_client} per client), retry later")
+            parts.append(got)
+            left -= len(got)
+            if self._deadline is not None:
+                self.server.watchdog.move(self._deadline, self._clock.advance(len(got)))
+        return b"".join(parts)
 
     def _read_body(self, cap: int) -> bytes:
         self._body_read = True
@@ -210,7 +247,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._drain(length, cap)
             raise _BodyError(Outcome.TOO_LARGE,
                              f"request of {length} bytes exceeds the cap of {cap} bytes")
-        body = self.rfile.read(length)
+        body = self._recv(length)
         if len(body) != length:
             self.close_connection = True
             raise _BodyError(Outcome.INVALID, f"body ended after {len(body)} of {length} bytes")
@@ -240,12 +277,20 @@ class _Handler(BaseHTTPRequestHandler):
                 self._drain_chunks(size, total, cap)
                 raise _BodyError(Outcome.TOO_LARGE,
                                  f"chunked request exceeds the cap of {cap} bytes")
-            chunk = self.rfile.read(size)
+            chunk = self._recv(size)
             self.rfile.readline(16)
             if len(chunk) != size:
                 self.close_connection = True
                 raise _BodyError(Outcome.INVALID, "chunked body ended early")
             parts.append(chunk)
+
+    def _gunzip(self, body: bytes, cap: int) -> bytes:
+        """Inflate within the cap, the inflated bytes taken from the budget as they come
+        (a small gzip bomb never gets past the cap); the compressed copy is given back
+        once inflated."""
+        out = _gunzip(body, cap, self._held)
+        self._held.give_back(len(body))
+        return out
 
     def _drain_chunks(self, pending: int, total: int, cap: int) -> None:
         """Skip the rest of a chunked body whose current chunk has ``pending`` bytes."""
@@ -330,14 +375,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(body)
 
 
-def _declared_length(raw: str | None) -> int | None:
-    try:
-        return max(0, int(raw)) if raw is not None else None
-    except ValueError:
-        return None
-
-
-def _gunzip(body: bytes, cap: int) -> bytes:
+def _gunzip(body: bytes, cap: int, held: Reservation | None = None) -> bytes:
     # Bounded: a small gzip bomb must not inflate past the cap.
     # A gzip stream may hold several members (RFC 1952 §2.2); each is inflated, and
     # the cap holds for them together (a second member used to be ignored silently).
@@ -346,17 +384,25 @@ def _gunzip(body: bytes, cap: int) -> bytes:
     rest = body
     while True:
         d = zlib.decompressobj(16 + zlib.MAX_WBITS)
-        try:
-            out = d.decompress(rest, cap + 1 - size)
-        except zlib.error as exc:
-            raise _BodyError(Outcome.INVALID, f"bad gzip body: {exc}") from None
-        size += len(out)
-        if size > cap or d.unconsumed_tail:
-            raise _BodyError(Outcome.TOO_LARGE, f"decompressed request exceeds the cap of "
-                                                f"{cap} bytes")
+        while True:
+            try:
+                out = d.decompress(rest, min(_INFLATE_STEP, cap + 1 - size))
+            except zlib.error as exc:
+                raise _BodyError(Outcome.INVALID, f"bad gzip body: {exc}") from None
+            size += len(out)
+            if size > cap:
+                raise _BodyError(Outcome.TOO_LARGE, f"decompressed request exceeds the cap "
+                                                    f"of {cap} bytes")
+            if held is not None and not held.take(len(out)):
+                raise _BodyError(Outcome.OVER_BUDGET,
+                                 f"receiver over its in-flight byte budget "
+                                 f"({held.budget.limit} bytes), retry later")
+            parts.append(out)
+            rest = d.unconsumed_tail
+            if not rest or not out:
+                break
         if not d.eof:
             raise _BodyError(Outcome.INVALID, "truncated gzip body")
-        parts.append(out)
         rest = d.unused_data
         if not rest:
             return b"".join(parts)

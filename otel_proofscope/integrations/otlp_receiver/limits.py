@@ -5,12 +5,16 @@ only had a per-read socket timeout, so 8 clients dripping one byte every 10 s he
 slot for good and every legitimate exporter, gRPC included, got "busy". Now:
 
 * :class:`Watchdog`: one thread that closes any request still unfinished at its
-  deadline (headers and body together, not per read) and counts it;
+  deadline (request line and headers within the deadline; the body within the
+  deadline plus what its progress earns, :class:`BodyClock`) and counts it;
 * :class:`ByteBudget`: request bytes in flight (being received, decoded or exported) are
-  reserved from one budget; a request past it is refused at once with a retry hint
-  (HTTP 503 + ``Retry-After``, gRPC RESOURCE_EXHAUSTED + ``RetryInfo``) and counted.
-  One request is always let through when nothing else is in flight, so a request within
-  the message cap can never be refused forever.
+  reserved from one budget as they are actually read or inflated (:class:`Reservation`;
+  reserving the declared length plus the gzip cap up front let 4 clients dripping one
+  byte a second hold it all), at most half of it per HTTP client address; a request past it
+  is refused at once with a retry hint (HTTP 503 + ``Retry-After``, gRPC
+  RESOURCE_EXHAUSTED + ``RetryInfo``) and counted. One request is always let through
+  when nothing else is in flight, so a request within the message cap can never be
+  refused forever.
 """
 
 from __future__ import annotations
@@ -22,8 +26,12 @@ import threading
 import time
 from collections.abc import Callable
 
-#: Seconds a client has from its request line to the last body byte.
+#: Seconds a client has from its request line to the end of its headers; the body then
+#: gets as long again, extended while it arrives at least :data:`MIN_BODY_RATE`.
 DEFAULT_REQUEST_DEADLINE_S = 10.0
+#: Bytes per second a body must average to earn time past the deadline (a 4 MiB body on
+#: a 1 Mbit/s link: ~125 KB/s). A client that drips one byte a second earns nothing.
+MIN_BODY_RATE = 16 * 1024
 #: Request bytes in flight across all connections and both transports.
 DEFAULT_MAX_INFLIGHT_BYTES = 16 * 1024 * 1024
 #: What a refused client is told to wait before retrying.
@@ -54,27 +62,45 @@ def _trim_heap() -> None:
 
 
 class ByteBudget:
+    """Request bytes in flight, in total and per client.
+
+    A client (``holder``: the peer address) may hold at most ``limit // 2`` unless it
+    holds nothing yet, so one address that opens many connections and sends bodies it
+    never finishes cannot take the whole budget from the others.
+    """
+
     def __init__(self, limit: int) -> None:
         if limit <= 0:
             raise ValueError(f"the in-flight byte budget must be positive, got {limit}")
         self.limit = limit
+        self.per_client = max(1, limit // 2)
         self._used = 0
         self._peak = 0
         self._since_trim = 0
+        self._held: dict[str, int] = {}
         self._lock = threading.Lock()
 
-    def reserve(self, n: int) -> bool:
+    def reserve(self, n: int, holder: str | None = None) -> bool:
         """Take ``n`` bytes if they fit (or nothing else is in flight); never waits."""
         with self._lock:
             if self._used and self._used + n > self.limit:
                 return False
+            if holder is not None:
+                held = self._held.get(holder, 0)
+                if held and held + n > self.per_client:
+                    return False
+                self._held[holder] = held + n
             self._used += n
             self._peak = max(self._peak, self._used)
             return True
 
-    def release(self, n: int) -> None:
+    def release(self, n: int, holder: str | None = None) -> None:
         with self._lock:
             self._used = max(0, self._used - n)
+            if holder is not None:
+                left = self._held.pop(holder, 0) - n
+                if left > 0:
+                    self._held[holder] = left
             idle = self._used == 0
             self._since_trim += n
             trim = idle and self._since_trim >= TRIM_AFTER_BYTES
@@ -90,6 +116,51 @@ class ByteBudget:
     @property
     def peak(self) -> int:
         return self._peak
+
+
+class Reservation:
+    """What one request holds of the budget, taken as its bytes actually arrive (or are
+    inflated), never on what a header declares."""
+
+    def __init__(self, budget: ByteBudget, holder: str | None) -> None:
+        self.budget = budget
+        self.holder = holder
+        self.held = 0
+
+    def take(self, n: int) -> bool:
+        if n <= 0 or self.budget.reserve(n, self.holder):
+            self.held += max(n, 0)
+            return True
+        return False
+
+    def give_back(self, n: int) -> None:
+        n = min(n, self.held)
+        if n > 0:
+            self.held -= n
+            self.budget.release(n, self.holder)
+
+    def close(self) -> None:
+        self.give_back(self.held)
+
+
+class BodyClock:
+    """The body's deadline, measured on the client's own progress: ``deadline_s`` from
+    the body's start, extended by what the bytes read so far earn at
+    :data:`MIN_BODY_RATE`, and never more than ``deadline_s`` past the last byte (a
+    client that sends fast, then stalls, holds its bytes no longer than that)."""
+
+    def __init__(self, deadline_s: float, min_rate: float = MIN_BODY_RATE) -> None:
+        self.deadline_s = deadline_s
+        self.min_rate = min_rate
+        self.start = time.monotonic()
+        self.read = 0
+
+    def advance(self, n: int) -> float:
+        """Count ``n`` more bytes; seconds from now to the new deadline."""
+        self.read += n
+        now = time.monotonic()
+        earned = self.start + self.deadline_s + self.read / self.min_rate
+        return max(0.0, min(earned, now + self.deadline_s) - now)
 
 
 class Watchdog:
@@ -115,6 +186,16 @@ class Watchdog:
                                                 name="proofscope-otlp-deadlines")
                 self._thread.start()
         return token
+
+    def move(self, token: int, deadline_s: float) -> bool:
+        """Set ``token``'s deadline to ``deadline_s`` from now; False when it already
+        fired."""
+        with self._lock:
+            entry = self._armed.get(token)
+            if entry is None:
+                return False
+            self._armed[token] = (time.monotonic() + deadline_s, entry[1], entry[2])
+            return True
 
     def disarm(self, token: int) -> bool:
         """False when the deadline already fired (the connection is closed)."""
