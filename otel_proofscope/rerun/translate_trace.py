@@ -914,20 +914,19 @@ class TraceTranslator:
             show_labels=[False] * n,  # on hover; drawn by the points below
             radii=np.full(n, OUTLINE, dtype=np.float32),
         )
-        frame.columns(path, [rr.TimeColumn(PROOF_TIME, timestamp=times.astype(
-            "datetime64[ns]"))], list(cols), n)
         # The labels that fit, hung from the top edge of their box: Rerun draws a label
-        # below its anchor, so it lands inside the box, on the box's own row.
+        # below its anchor, so it lands inside the box, on the box's own row. In the
+        # same rows as the boxes (0 or 1 point each): one row per span, as before.
         keep = [i for i in order if b.shown[i] is not None]
-        if not keep:
-            return
-        colours = np.asarray(b.colours, dtype=np.uint32)[keep]
-        points = rr.Points2D.columns(
-            positions=np.asarray(b.anchors, dtype=np.float32)[keep],
-            radii=np.zeros(len(keep), dtype=np.float32),
-            colors=colours,
-            labels=[b.shown[i] for i in keep],
-            show_labels=[True] * len(keep),
-        )
-        frame.columns(path, [rr.TimeColumn(PROOF_TIME, timestamp=np.asarray(
-            b.times, dtype=np.int64)[keep].astype("datetime64[ns]"))], list(points), len(keep))
+        columns = list(cols)
+        if keep:
+            lengths = np.asarray([b.shown[i] is not None for i in order], dtype=np.int32)
+            columns += list(rr.Points2D.columns(
+                positions=np.asarray(b.anchors, dtype=np.float32)[keep],
+                radii=np.zeros(len(keep), dtype=np.float32),
+                colors=np.asarray(b.colours, dtype=np.uint32)[keep],
+                labels=[b.shown[i] for i in keep],
+                show_labels=[True] * len(keep),
+            ).partition(lengths))
+        frame.columns(path, [rr.TimeColumn(PROOF_TIME, timestamp=times.astype(
+            "datetime64[ns]"))], columns, n)
