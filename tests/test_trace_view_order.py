@@ -270,3 +270,54 @@ def test_a_lane_over_its_cap_is_frozen_and_lanes_are_evicted_oldest_first(
                       for i in range(6)], Frame(), now=1.0)
     assert tr._placed <= 40
     assert TRACE not in tr._traces and {2, 3, 4, 5} <= set(tr._traces)
+
+
+# ── readable: lanes apart, labels on their own rows, only where they fit ────────────────
+
+def test_two_traces_get_their_own_lanes_and_labels_sit_in_their_boxes(tmp_path: Path) -> None:
+    from otel_proofscope.rerun.flame import (
+        BOX_HALF_HEIGHT,
+        LABEL_PAD_PX,
+        PX_PER_CHAR,
+        PX_PER_UNIT,
+    )
+
+    path = tmp_path / "two.rrd"
+    exporter = RerunSpanExporter(f"file:{path}")
+    deep = [_span(f"level{i}", i + 1, i or None, T0 + i * S, T0 + 100 * S - i * S)
+            for i in range(6)]
+    other = 0xBEEF << 112
+    wide = [_span("root", 1, None, T0, T0 + 10 * S, trace_id=other)] + [
+        _span(f"phase {i} with a long name", 10 + i, 1, T0 + i * S, T0 + (i + 1) * S,
+              trace_id=other) for i in range(10)]
+    exporter.export(deep)
+    exporter.export(wide)
+    exporter.shutdown()
+    rec = readback.read(path)
+    lanes = []
+    for trace in (TRACE, other):
+        drawn = trace_boxes(rec, "app", f"{trace:032x}"[:8])
+        assert all(-EPS <= b.x0 <= b.x1 <= FLAME_WIDTH + EPS for b in drawn)
+        assert max(b.x1 for b in drawn) == pytest.approx(FLAME_WIDTH)  # the full width
+        lanes.append((min(b.y for b in drawn), max(b.y for b in drawn)))
+    (top0, bottom0), (top1, bottom1) = lanes
+    assert (bottom0 - top0, bottom1 - top1) == (5, 1)  # each as deep as its tree
+    assert top1 >= bottom0 + 2  # below the first, a blank row between
+    # Each shown label hangs from the top edge of its own box (Rerun draws a label below
+    # its anchor), and fits the box at the reference scale; the rest show on hover.
+    shown = 0
+    for p in live_paths(rec):
+        for r in rec.rows(p):
+            labels = r.values.get("Points2D:labels") or []
+            for label, (ax, ay) in zip(labels, r.values["Points2D:positions"], strict=True):
+                [(cx, cy)] = r.values["Boxes2D:centers"]
+                [(hw, _)] = r.values["Boxes2D:half_sizes"]
+                assert (ax, ay) == pytest.approx((cx, cy - BOX_HALF_HEIGHT))
+                assert len(label) * PX_PER_CHAR + LABEL_PAD_PX <= 2 * hw * PX_PER_UNIT
+                assert r.values["Boxes2D:labels"][0].startswith(label.rstrip("…"))
+                shown += 1
+    # the deep chain (≥ 5 units wide) is labelled whole; the 3.2-unit phases cut short
+    assert shown == 6 + 1 + 10
+    cut = [lab for p in live_paths(rec) for r in rec.rows(p)
+           for lab in r.values.get("Points2D:labels") or [] if lab.startswith("phase")]
+    assert cut and all(lab.endswith("…") for lab in cut)

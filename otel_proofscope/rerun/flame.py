@@ -34,7 +34,7 @@ trace across a ~770 px panel): the rest show on hover.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 #: Width of a group's extent (its earliest start to its latest end), in rows.
@@ -244,13 +244,21 @@ def label_width_px(text: str) -> float:
     return len(text) * PX_PER_CHAR + LABEL_PAD_PX
 
 
-def fit_label(width_units: float, candidates: Iterable[str]) -> str | None:
-    """The first (longest) of ``candidates`` that fits a box ``width_units`` wide."""
+#: Fewest characters of a name worth showing cut short ("fol…"): fewer say nothing.
+MIN_CUT = 4
+
+
+def fit_label(width_units: float, candidates: Sequence[str]) -> str | None:
+    """The first (longest) of ``candidates`` that fits a box ``width_units`` wide, else
+    the last one cut short with an ellipsis (as flame charts do), else nothing."""
     room = width_units * PX_PER_UNIT
     for text in candidates:
         if label_width_px(text) <= room:
             return text
-    return None
+    if not candidates:
+        return None
+    chars = int((room - LABEL_PAD_PX) / PX_PER_CHAR) - 1
+    return candidates[-1][:chars] + "…" if chars >= MIN_CUT else None
 
 
 @dataclass

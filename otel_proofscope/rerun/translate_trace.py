@@ -751,6 +751,9 @@ class TraceTranslator:
         dur = format_ms(p.end - p.start)
         full = f"{p.name} {dur}"
         shown = [full, p.name]
+        short = p.name.split(" (", 1)[0]  # viztracer's "fold (work.py:10)": "fold"
+        if short and short != p.name:
+            shown.append(short)
         if p.parent_id == 0 and (p.row == 0 or p.link is not None):
             own = self._traces.get(p.trace_id)
             full += f" · trace {own.key if own else f'{p.trace_id:032x}'[:8]}"
@@ -761,7 +764,7 @@ class TraceTranslator:
             # Plain text: the viewer's font (Inter) has no dingbats; a missing glyph
             # aborts the headless viewer.
             full += " ERROR"
-            shown = [f"{s} ERROR" for s in shown]
+            shown = [*(f"{s} ERROR" for s in shown), shown[-1]]  # red says it too
             colour = ERROR_RGBA
         elif p.orphan and not p.remote:
             colour = ORPHAN_RGBA
