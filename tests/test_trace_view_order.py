@@ -321,3 +321,42 @@ def test_two_traces_get_their_own_lanes_and_labels_sit_in_their_boxes(tmp_path: 
     cut = [lab for p in live_paths(rec) for r in rec.rows(p)
            for lab in r.values.get("Points2D:labels") or [] if lab.startswith("phase")]
     assert cut and all(lab.endswith("…") for lab in cut)
+
+
+def test_linked_traces_through_serve_over_otlp_grpc(tmp_path: Path) -> None:
+    """The same cluster proof from the official OTLP/gRPC exporter to ``proofscope
+    serve``: links survive the wire, one lane."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+    from serve_helpers import read_until
+
+    rrd = tmp_path / "serve.rrd"
+    env = {**os.environ, "XDG_RUNTIME_DIR": str(tmp_path), "PYTHONPATH": os.getcwd()}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "otel_proofscope", "serve", "--grpc-port", "0",
+         "--http-port", "0", "--rerun", f"file:{rrd}"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    lines: list[str] = []
+    try:
+        endpoint = read_until(proc, "OTLP/gRPC listening on", lines)
+        spans, proof_trace, _ = _cluster_proof("both")
+        exporter = OTLPSpanExporter(endpoint=f"http://{endpoint}", insecure=True, timeout=30)
+        for span in spans:  # children first, one request each
+            assert exporter.export([span]).name == "SUCCESS"
+        exporter.shutdown()
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=90)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    assert proc.returncode == 0, err
+    assert "rerun: drawn 13 spans; not drawn 0" in "".join(lines) + out
+    rec = readback.read(rrd)
+    key = f"{proof_trace:032x}"[:8]
+    assert [p.rsplit("/", 1)[1].split(".")[0] for p in live_paths(rec)] == [key]
+    assert sum(b.name == "task" for b in trace_boxes(rec, "sp1-cluster", key)) == 3
