@@ -360,3 +360,31 @@ def test_linked_traces_through_serve_over_otlp_grpc(tmp_path: Path) -> None:
     key = f"{proof_trace:032x}"[:8]
     assert [p.rsplit("/", 1)[1].split(".")[0] for p in live_paths(rec)] == [key]
     assert sum(b.name == "task" for b in trace_boxes(rec, "sp1-cluster", key)) == 3
+
+
+def test_traces_linked_in_a_cycle_are_drawn_once_each() -> None:
+    """Two roots each linked to a span of the other trace (hostile or confused links):
+    one lane, every span drawn once, the cycle cut at one link."""
+    other = 0xBEEF << 112
+    a = [_span("a", 1, None, T0, T0 + 10 * S), _span("a.child", 2, 1, T0, T0 + 5 * S)]
+    b = [_span("b", 1, None, T0, T0 + 10 * S, trace_id=other),
+         _span("b.child", 2, 1, T0, T0 + 5 * S, trace_id=other)]
+    a[0] = ReadableSpan(name="a", context=a[0].context, parent=None, start_time=T0,
+                        end_time=T0 + 10 * S, resource=a[0].resource,
+                        links=[Link(b[1].context)])
+    b[0] = ReadableSpan(name="b", context=b[0].context, parent=None, start_time=T0,
+                        end_time=T0 + 10 * S, resource=b[0].resource,
+                        links=[Link(a[1].context)])
+    tr = TraceTranslator(wait_s=1.0)
+    sends: list[Send] = []
+    for batch in (a, b):
+        frame = Frame()
+        assert tr.translate(batch, frame, now=0.0).drawn == 2
+        sends += frame.sends()
+    final = Frame()
+    tr.drain(final)
+    sends += final.sends()
+    picture = _picture(sends)
+    assert sorted(label.split(" ")[0] for label, *_ in picture) == \
+        ["a", "a.child", "b", "b.child"]
+    assert len({y for *_, y in picture}) == 4  # one chain: a root, three rows under it

@@ -381,6 +381,10 @@ class TraceIssues:
     invalid: int = 0  # no trace / span id: not drawable
     pending_overflow: int = 0  # drawn as orphans early because the buffer was full
     redrawn: int = 0  # spans drawn again (a late parent, an earlier start, a link)
+    #: Links that could not be drawn (display only: every span is still drawn): links
+    #: forgotten when the table was full, traces kept in their own lane as too big.
+    links_forgotten: int = 0
+    unlinked: int = 0
     capped: dict[str, int] = field(default_factory=dict)
 
     def cap(self, what: str, n: int) -> None:
@@ -650,7 +654,7 @@ class TraceTranslator:
             if child in self._under:
                 continue
             if len(self._under) >= MAX_LINKS:
-                issues.cap("trace_links", len(self._under))
+                issues.links_forgotten += len(self._under)
                 self._under.clear()
                 self._hanging.clear()
             self._under[child] = under
@@ -677,7 +681,7 @@ class TraceTranslator:
         if into is other:
             return
         if into.frozen or other.frozen or len(into.spans) + len(other.spans) > MAX_GROUP_SPANS:
-            issues.cap("trace_link_lanes", 1)  # too big to redraw as one: kept apart
+            issues.unlinked += 1  # too big to redraw as one: kept apart
             return
         into.spans.update(other.spans)
         for k, orphans in other.orphans.items():
