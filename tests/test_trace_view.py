@@ -33,7 +33,7 @@ from opentelemetry.sdk.trace.export import (
     SimpleSpanProcessor,
     SpanExporter,
 )
-from opentelemetry.trace import SpanContext, Status, StatusCode, TraceFlags
+from opentelemetry.trace import Link, SpanContext, Status, StatusCode, TraceFlags
 
 pytest.importorskip("rerun", reason="rerun-sdk (the [rerun] extra) is not installed")
 from flame_helpers import boxes, trace_boxes
@@ -294,6 +294,9 @@ def _spans(draw: st.DrawFn) -> list[ReadableSpan]:
             name=draw(_text), context=ctx, parent=par,
             attributes=draw(st.dictionaries(_text, _value, max_size=6)),
             events=events, start_time=start, end_time=end, status=status,
+            # links to any span of any trace of the batch (or none): cycles included
+            links=[Link(SpanContext(draw(st.sampled_from(traces)), draw(st.integers(1, n)),
+                                    False)) for _ in range(draw(st.integers(0, 2)))],
             resource=Resource({"service.name": draw(_text)})))
     return out
 

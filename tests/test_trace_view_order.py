@@ -165,6 +165,10 @@ def test_any_arrival_order_draws_the_picture_of_parents_first(
         now += data.draw(st.sampled_from([0.0, 0.3, 2.0]))  # some expire, drawn early
         expired = tr.expire(now, frame)
         sends += frame.sends()
+        live = _picture(sends)  # at every moment: origin at the earliest start drawn
+        if live:
+            assert min(x0 for _, x0, _, _ in live) == 0
+            assert all(x0 >= 0 and x1 <= FLAME_WIDTH + EPS for _, x0, x1, _ in live)
         for issues in (got, expired):
             drawn, late, orphans = (drawn + issues.drawn, late + issues.late,
                                     orphans + issues.orphans)
@@ -270,6 +274,12 @@ def test_a_lane_over_its_cap_is_frozen_and_lanes_are_evicted_oldest_first(
                       for i in range(6)], Frame(), now=1.0)
     assert tr._placed <= 40
     assert TRACE not in tr._traces and {2, 3, 4, 5} <= set(tr._traces)
+    # a late span of the evicted trace: a fresh entity, the evicted lane left as drawn
+    frame = Frame()
+    tr.translate([_span("late", 99, 30, T0 + 40, T0 + 41)], frame, now=2.0)
+    tr.drain(frame)
+    paths = {s.path for s in frame.sends() if s.path.startswith(FLAME)}
+    assert paths == {f"{FLAME}/app/{KEY}.1"}
 
 
 # ── readable: lanes apart, labels on their own rows, only where they fit ────────────────

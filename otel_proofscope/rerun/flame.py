@@ -178,15 +178,14 @@ class Group:
         return 1.0 - (self.hi - self.lo) / (self.t1 - self.t0)
 
     def extent(self, tight: bool) -> None:
-        """Set ``t0``/``t1`` around the spans kept (with growth room unless ``tight``)."""
+        """Set ``t0``/``t1`` around the spans kept: ``t0`` always the earliest start;
+        a lane that grows while drawn gets room to grow on the right, unless ``tight``."""
         lo, hi = self.lo, max(self.hi, self.lo + 1)
         if self.emitted and not tight:
-            room = int((self.t1 - self.t0) * GROW)
-            if hi - lo < room:
-                if hi > self.t1:  # growing right: the room goes to the right
-                    hi = lo + room
-                else:
-                    lo = hi - room
+            if lo < self.t0 or hi > self.t1:
+                hi = lo + max(hi - lo, int((self.t1 - self.t0) * GROW))
+            else:  # nothing outside: the same extent
+                hi = max(hi, self.t1)
         self.t0, self.t1 = lo, hi
 
     def rows(self) -> None:

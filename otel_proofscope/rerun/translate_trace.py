@@ -104,6 +104,8 @@ OUTLINE = -1.5
 MAX_LINKS = 65536
 #: Links read per span (sp1-cluster sets one each way).
 MAX_SPAN_LINKS = 8
+#: Keys of evicted lanes remembered (so a late span of one starts a fresh entity).
+MAX_EVICTED_KEYS = 65536
 
 #: Set by the mapping rules (semconv.Attr.MAPPING_SOURCE_NAME once that lands).
 SOURCE_NAME: str = getattr(Attr, "MAPPING_SOURCE_NAME", "proofscope.mapping.source_name")
@@ -451,6 +453,8 @@ class TraceTranslator:
         self._under: dict[tuple[int, int], tuple[int, int]] = {}
         self._hanging: dict[tuple[int, int], list[tuple[int, int]]] = {}
         self._shadow: list[str] = []  # entities of earlier layouts, to hide
+        # Keys of evicted lanes → the next free generation (bounded, oldest first out).
+        self._evicted: OrderedDict[str, int] = OrderedDict()
         self._seq = 0
         self._call = 0
         self._series: set[str] = set()
@@ -588,6 +592,9 @@ class TraceTranslator:
         g = trace.group
         if g is None:
             g = trace.group = Group(trace.key, {trace_id})
+            # A trace whose lane was evicted: its next lane must not write into (nor,
+            # redrawn, shadow) the entities of the one still shown.
+            g.gen = self._evicted.pop(trace.key, 0)
             self._groups[id(g)] = g
         else:
             self._groups.move_to_end(id(g))
@@ -641,7 +648,6 @@ class TraceTranslator:
                     stack.append((w.rec, p, ROOT))
             if r.trace_id in self._pending and not self._pending[r.trace_id]:
                 del self._pending[r.trace_id]
-        self._evict()
 
     def _note_links(self, rec: Rec, issues: TraceIssues) -> None:
         """Remember which root hangs under which span of another trace: a root's own
@@ -674,7 +680,8 @@ class TraceTranslator:
             c = self._find(*child)
             if c is not None and c.parent_id == 0:
                 c.link = p.key
-                self._merge(g, self._group(child[0]), issues)
+                # p's lane as it is now (the merge above may have moved it)
+                self._merge(self._group(p.trace_id), self._group(child[0]), issues)
 
     def _merge(self, into: Group, other: Group, issues: TraceIssues) -> None:
         into.dirty = True
@@ -706,7 +713,11 @@ class TraceTranslator:
                 trace = self._traces.pop(tid, None)
                 if trace is not None and self._keys.get(trace.key) == tid:
                     del self._keys[trace.key]
-            self._lanes.release(old)
+            # Its boxes stay drawn (its room in the chart too); a later lane of the
+            # same trace key starts at the next generation.
+            self._evicted[old.key] = old.gen + 1
+            if len(self._evicted) > MAX_EVICTED_KEYS:
+                self._evicted.popitem(last=False)
 
     def _wait(self, rec: Rec, now: float, issues: TraceIssues) -> None:
         while self.pending >= self.max_pending:
@@ -872,7 +883,8 @@ class TraceTranslator:
                 continue
             if g.frozen and g.emitted:
                 g.fits(g.new)
-                self._lanes.place(g, g.rows_used())
+                if self._lanes.last is g:  # a frozen lane grows in place, never moves
+                    self._lanes.place(g, g.rows_used())
                 for p in g.new:
                     self._box(p, g, boxes)
             elif g.emitted and not g.dirty and g.fits(g.new) and (
@@ -891,6 +903,7 @@ class TraceTranslator:
         self._shadow = []
         for path, b in boxes.items():
             self._send(path, b, frame)
+        self._evict()  # after drawing: a lane is never forgotten before it is drawn
 
     def _redraw(self, g: Group, issues: TraceIssues, boxes: dict[str, _Boxes]) -> None:
         """Lay ``g`` out again from every span it keeps and draw it on a new entity."""
