@@ -113,17 +113,32 @@ class Group:
     tree_rows: int = 0  # rows of the tree (orphan rows start LANE_GAP below)
     orphan_rows: int = 0  # levels of the orphan rows in use
 
-    def add(self, p: Placed) -> None:
+    def add(self, p: Placed, key: tuple[int, int]) -> None:
         if not self.spans and not self.emitted:
             self.lo, self.hi = p.start, p.end
         else:
-            self.lo, self.hi = min(self.lo, p.start), max(self.hi, p.end)
+            if p.start < self.lo:
+                self.lo = p.start
+            if p.end > self.hi:
+                self.hi = p.end
         if self.frozen:
-            self.slim[p.key] = p.row if p.tree else -1 - p.row
+            self.slim[key] = p.row if p.tree else -1 - p.row
         else:
-            self.spans[p.key] = p
+            self.spans[key] = p
             self.frozen = len(self.spans) >= MAX_GROUP_SPANS
         self.new.append(p)
+
+    def count_rows(self) -> None:
+        """Tree and orphan rows in use, from the rows the spans were placed at (right
+        for a lane drawn for the first time: no parent came late, no link joined)."""
+        tree_rows = orphan_rows = 0
+        for p in self.spans.values():
+            if p.tree:
+                if p.row >= tree_rows:
+                    tree_rows = p.row + 1
+            elif p.row >= orphan_rows:
+                orphan_rows = p.row + 1
+        self.tree_rows, self.orphan_rows = tree_rows, orphan_rows
 
     def find(self, key: tuple[int, int]) -> Placed | None:
         p = self.spans.get(key)
@@ -193,6 +208,8 @@ class Group:
         spans = self.spans
         memo: dict[tuple[int, int], tuple[bool, int]] = {}
         for start in spans.values():
+            if start.key in memo:
+                continue
             chain: list[Placed] = []
             on_chain: set[tuple[int, int]] = set()
             cur: Placed | None = start
@@ -245,6 +262,8 @@ def label_width_px(text: str) -> float:
 
 #: Fewest characters of a name worth showing cut short ("fol…"): fewer say nothing.
 MIN_CUT = 4
+#: A box narrower than this (px at PX_PER_UNIT) shows no label at all.
+MIN_LABEL_PX = (MIN_CUT + 1) * PX_PER_CHAR + LABEL_PAD_PX
 
 
 def fit_label(width_units: float, candidates: Sequence[str]) -> str | None:

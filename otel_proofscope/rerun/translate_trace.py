@@ -67,7 +67,9 @@ from otel_proofscope.rerun.columns import PROOF_TIME, Frame
 from otel_proofscope.rerun.flame import (
     BOX_HALF_HEIGHT,
     MAX_GROUP_SPANS,
+    MIN_LABEL_PX,
     ORPHAN,
+    PX_PER_UNIT,
     REMOTE,
     ROOT,
     Group,
@@ -623,15 +625,16 @@ class TraceTranslator:
                 p.tree, p.orphan = False, True
             if p.orphan:
                 g.orphans.setdefault((r.trace_id, r.parent_id), []).append(p)
-            if p.key in g:
+            key = (r.trace_id, r.span_id)
+            if key in g:
                 self._placed -= 1  # the same span sent twice: drawn twice, kept once
-            g.add(p)
+            g.add(p, key)
             self._placed += 1
             issues.drawn += 1
             issues.orphans += p.orphan
             issues.drawn_calls[r.call] = issues.drawn_calls.get(r.call, 0) + 1
             # Drawn before it came: its orphans move under it (drawn again, counted late).
-            late = g.orphans.pop(p.key, None)
+            late = g.orphans.pop(key, None)
             if late:
                 for o in late:
                     if o.orphan:
@@ -639,7 +642,7 @@ class TraceTranslator:
                         issues.orphans -= 1
                         issues.late += 1
                 g.dirty = True
-            if r.parent_id == 0 or p.key in self._hanging:
+            if r.parent_id == 0 or key in self._hanging:
                 self._link(p, g, issues)
             waiting = self._pending.get(r.trace_id, {}).pop(r.span_id, None)
             if waiting:
@@ -760,10 +763,13 @@ class TraceTranslator:
         name = f"{source} → {rec.name}" if isinstance(source, str) and source else rec.name
         return _clip(name)
 
-    def _texts(self, p: Placed, g: Group) -> tuple[str, list[str], int]:
-        """The whole label (hover), the labels that may be drawn (longest first), and
-        the box colour."""
+    def _texts(self, p: Placed, g: Group, room: bool) -> tuple[str, list[str], int]:
+        """The whole label (hover), the labels that may be drawn (longest first; none
+        unless ``room``), and the box colour."""
         dur = format_ms(p.end - p.start)
+        if not room and not p.error and not p.orphan and p.link is None and not (
+                p.parent_id == 0 and p.row == 0):
+            return f"{p.name} {dur}", [], service_colour(p.service)  # the common case
         full = f"{p.name} {dur}"
         shown = [full, p.name]
         short = p.name.split(" (", 1)[0]  # viztracer's "fold (work.py:10)": "fold"
@@ -797,7 +803,8 @@ class TraceTranslator:
         x0 = max(0.0, (p.start - g.t0) * scale)  # clipped only in a frozen lane
         width = max(0.0, (p.end - g.t0) * scale - x0)
         y = g.y(p)
-        full, shown, colour = self._texts(p, g)
+        room = width * PX_PER_UNIT >= MIN_LABEL_PX
+        full, shown, colour = self._texts(p, g, room)
         path = f"{FLAME}/{part(p.service)}/{g.key}" + (f".{g.gen}" if g.gen else "")
         b = boxes.get(path)
         if b is None:
@@ -808,7 +815,7 @@ class TraceTranslator:
         b.half.append((width / 2, BOX_HALF_HEIGHT))
         b.colours.append(colour)
         b.labels.append(full)
-        b.shown.append(fit_label(width, shown))
+        b.shown.append(fit_label(width, shown) if room else None)
         b.anchors.append((x0 + width / 2, y - BOX_HALF_HEIGHT))
 
     def _log_and_series(self, rec: Rec, frame: Frame, issues: TraceIssues) -> None:
@@ -912,7 +919,10 @@ class TraceTranslator:
             self._shadow += g.paths
             g.paths = set()
             g.gen += 1
-        g.rows()
+        if g.emitted or g.dirty:
+            g.rows()
+        else:
+            g.count_rows()
         g.extent(tight=g.tight or not g.emitted)
         self._lanes.place(g, g.rows_used())
         g.emitted = True
