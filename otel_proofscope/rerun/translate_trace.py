@@ -336,17 +336,23 @@ def read_span(span: Any) -> Rec | None:
 
 def _links(span: Any) -> tuple[tuple[int, int], ...]:
     """(trace, span) of the span's links (the first :data:`MAX_SPAN_LINKS` valid)."""
-    links = getattr(span, "links", None)
+    # The SDK's own list first: its ``links`` property copies it into a tuple per read.
+    links = getattr(span, "_links", None)
+    if links is None:
+        links = getattr(span, "links", None)
     if not links:
         return ()
     out: list[tuple[int, int]] = []
-    for link in links:
-        ctx = getattr(link, "context", None)
-        t, s = getattr(ctx, "trace_id", 0), getattr(ctx, "span_id", 0)
-        if type(t) is int and type(s) is int and t and s:
-            out.append((t, s))
-            if len(out) >= MAX_SPAN_LINKS:
-                break
+    try:
+        for link in links:
+            ctx = getattr(link, "context", None)
+            t, s = getattr(ctx, "trace_id", 0), getattr(ctx, "span_id", 0)
+            if type(t) is int and type(s) is int and t and s:
+                out.append((t, s))
+                if len(out) >= MAX_SPAN_LINKS:
+                    break
+    except Exception:  # a hostile links object: the span is still drawn, unlinked
+        pass
     return tuple(out)
 
 
