@@ -33,9 +33,10 @@ from opentelemetry.sdk.trace.export import (
     SimpleSpanProcessor,
     SpanExporter,
 )
-from opentelemetry.trace import SpanContext, Status, StatusCode, TraceFlags
+from opentelemetry.trace import Link, SpanContext, Status, StatusCode, TraceFlags
 
 pytest.importorskip("rerun", reason="rerun-sdk (the [rerun] extra) is not installed")
+from flame_helpers import boxes, trace_boxes
 from serve_helpers import read_until
 
 from otel_proofscope.ledger import DROPS
@@ -47,7 +48,6 @@ from otel_proofscope.rerun.translate_trace import (
     DURATIONS,
     FLAME,
     LOGS,
-    ORPHAN_DEPTH,
     SOURCE_NAME,
     TraceTranslator,
     part,
@@ -81,7 +81,7 @@ def rust_prover_trace(exporter: SpanExporter, service: str, *, batch: bool) -> i
 
 
 def _labels(rec: readback.Recording, path: str) -> list[str]:
-    return [lab for r in rec.rows(path) for lab in r.values["Boxes2D:labels"]]
+    return [b.label for b in boxes(rec, path)]
 
 
 def _check_proof(rec: readback.Recording, service: str, trace_id: int) -> None:
@@ -93,9 +93,7 @@ def _check_proof(rec: readback.Recording, service: str, trace_id: int) -> None:
     [error] = [lab for lab in labels if "ERROR" in lab]
     assert error.startswith("open ") and error.endswith(" ERROR")
     # depth: prove 0, prove_shards 1, prove_shard 2, its phases 3 (y = lane + depth)
-    rows = rec.rows(f"/{FLAME}/{svc}/{key}")
-    y = {r.values["Boxes2D:labels"][0].split(" ")[0]: r.values["Boxes2D:centers"][0][1]
-         for r in rows}
+    y = {b.name: b.y for b in trace_boxes(rec, service, key)}
     lane = y["prove"]
     assert (y["prove_shards"] - lane, y["prove_shard"] - lane, y["commit_main"] - lane) \
         == (1, 2, 3)
@@ -183,15 +181,14 @@ def test_children_before_parents_and_an_orphan_at_shutdown(tmp_path: Path) -> No
     assert exporter.sink.trace.pending == 1  # only the orphan still waits
     exporter.shutdown()
     rec = readback.read(path)
-    rows = rec.rows(f"/{FLAME}/prover/{f'{TRACE:032x}'[:8]}")
-    got = {r.values["Boxes2D:labels"][0].split(" ")[0]: r.values["Boxes2D:centers"][0][1]
-           for r in rows}
+    drawn = trace_boxes(rec, "prover", f"{TRACE:032x}"[:8])
+    got = {b.name: b.y for b in drawn}
     assert set(got) == {"prove", "prove_shard", "open", "late_child"}
     assert (got["prove_shard"] - got["prove"], got["open"] - got["prove"]) == (1, 2)
-    [orphan] = [r.values["Boxes2D:labels"][0] for r in rows
-                if r.values["Boxes2D:labels"][0].startswith("late_child")]
+    [orphan] = [b.label for b in drawn if b.name == "late_child"]
     assert f"orphan: parent {77:016x} not received" in orphan
-    assert got["late_child"] - got["prove"] == ORPHAN_DEPTH  # apart from the tree
+    # in the orphan rows, a blank row below the tree (rows 0-2): apart from it
+    assert got["late_child"] - got["prove"] == 4
     assert TALLY.summary_line(DROPS) == \
         "rerun: drawn 4 spans (1 as orphans: parent never received); not drawn 0"
 
@@ -209,9 +206,10 @@ def test_a_bounded_wait_then_an_orphan_and_a_bounded_buffer() -> None:
     full = tr.translate([_span(f"s{i}", 20 + i, 99, T0, T0 + 1) for i in range(5)], Frame(),
                         now=200.0)
     assert (full.pending_overflow, full.orphans, full.pending) == (3, 3, 2)
-    # the parent arrives: its two waiting children are drawn under it, not as orphans
+    # the parent arrives: its two waiting children are drawn under it, and the three
+    # drawn early move under it too: no longer orphans, drawn late
     parent = tr.translate([_span("p", 99, None, T0, T0 + 2)], Frame(), now=202.0)
-    assert (parent.drawn, parent.orphans, parent.pending) == (3, 0, 0)
+    assert (parent.drawn, parent.orphans, parent.late, parent.pending) == (3, -3, 3, 0)
     assert tr.drain(Frame()).drawn == 0
 
 
@@ -296,6 +294,9 @@ def _spans(draw: st.DrawFn) -> list[ReadableSpan]:
             name=draw(_text), context=ctx, parent=par,
             attributes=draw(st.dictionaries(_text, _value, max_size=6)),
             events=events, start_time=start, end_time=end, status=status,
+            # links to any span of any trace of the batch (or none): cycles included
+            links=[Link(SpanContext(draw(st.sampled_from(traces)), draw(st.integers(1, n)),
+                                    False)) for _ in range(draw(st.integers(0, 2)))],
             resource=Resource({"service.name": draw(_text)})))
     return out
 

@@ -20,6 +20,8 @@ pytest.importorskip("rerun", reason="rerun-sdk (the [rerun] extra) is not instal
 pytest.importorskip("ezkl")
 pytest.importorskip("onnx")
 
+from flame_helpers import boxes, live_paths
+
 from otel_proofscope.rerun import readback
 from otel_proofscope.rerun.translate_trace import FLAME, LOGS
 from otel_proofscope.semconv import EzklSpanName, SpanName
@@ -88,18 +90,18 @@ def test_ezkl_proof_under_opentelemetry_instrument_shows_every_phase(tmp_path: P
     assert "proved" in proc.stdout
 
     rec = readback.read(rrd)
-    flames = [p for p in rec.paths() if p.startswith(f"/{FLAME}/ezkl-prover/")]
+    flames = live_paths(rec, f"/{FLAME}/ezkl-prover/")
     assert flames
-    rows = [r for p in flames for r in rec.rows(p)]
-    by_name = {r.values["Boxes2D:labels"][0].split(" ")[0]: r for r in rows}
+    drawn = [b for p in flames for b in boxes(rec, p)]
+    by_name = {b.name: b for b in drawn}
     for name in (EzklSpanName.GEN_WITNESS, EzklSpanName.SETUP, EzklSpanName.PROVE,
                  SpanName.PROOF):
         assert name in by_name, sorted(by_name)
     # nested under the proof root, none drawn as an orphan
-    root_y = by_name[SpanName.PROOF].values["Boxes2D:centers"][0][1]
+    root_y = by_name[SpanName.PROOF].y
     for name in (EzklSpanName.GEN_WITNESS, EzklSpanName.SETUP, EzklSpanName.PROVE):
-        assert by_name[name].values["Boxes2D:centers"][0][1] > root_y
-    assert not any("orphan" in r.values["Boxes2D:labels"][0] for r in rows)
+        assert by_name[name].y > root_y
+    assert not any("orphan" in b.label for b in drawn)
     # setup's Rust log lines, bridged as span events, are rows of the span log
     logs = [r.values["TextLog:text"][0] for p in rec.paths()
             if p.startswith(f"/{LOGS}/ezkl-prover/") for r in rec.rows(p)]

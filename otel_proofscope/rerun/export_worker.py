@@ -391,7 +391,7 @@ class ExportWorker(Worker):
             stats = self.sink.stats
             line: dict[str, Any] = {
                 "settled": self._rerun_settled.as_dict(), "drops": entries,
-                "drawn": [stats.spans_drawn, stats.orphans]}
+                "drawn": [stats.spans_drawn, stats.orphans, stats.late]}
             if otlp is not None:
                 # Exported, or counted lost in the snapshot: settled for OTLP. The
                 # rejected spans are in both figures: once only.

@@ -92,8 +92,12 @@ def read(path: str | Path, recording: int = 0) -> Recording:
         ids = batch.column(_ROW_ID).to_pylist()
         cols = {n: _py(batch.column(n)) for n in timelines + components}
         if chunk.is_static:
+            # A compacted static chunk holds one row per log call: each component's
+            # value is the last row that has it.
+            last = {c: next((v for v in reversed(cols[c]) if v is not None), None)
+                    for c in components}
             rec.statics.setdefault(entity, {}).update(
-                {c: cols[c][-1] for c in components if cols[c][-1] is not None})
+                {c: v for c, v in last.items() if v is not None})
             continue
         rows = rec.entities.setdefault(entity, [])
         for i, row_id in enumerate(ids):

@@ -160,6 +160,7 @@ class SinkStats:
     rows: int = 0
     spans_drawn: int = 0  # in the trace view (every span, contract or not)
     orphans: int = 0  # of which drawn without their parent (never received)
+    late: int = 0  # of which drawn before their parent came, then moved under it
     coerced: int = 0
     translate_errors: list[str] = field(default_factory=list)
 
@@ -443,12 +444,14 @@ class RerunSink:
             return
         self.stats.spans_drawn += issues.drawn
         self.stats.orphans += issues.orphans
-        TALLY.add(issues.drawn, issues.orphans)
+        self.stats.late += issues.late
+        TALLY.add(issues.drawn, issues.orphans, issues.late)
 
     def _unconfirm(self, issues: TraceIssues) -> None:
         u = self._unconfirmed_drawn
         u.drawn += issues.drawn
         u.orphans += issues.orphans
+        u.late += issues.late
         for call, n in issues.drawn_calls.items():
             u.drawn_calls[call] = u.drawn_calls.get(call, 0) + n
 
@@ -457,7 +460,7 @@ class RerunSink:
         frame = Frame()
         issues = self.trace.drain(frame) if final else self.trace.expire(time.monotonic(),
                                                                            frame)
-        if not issues.drawn:
+        if not issues.drawn and not len(frame):  # (a final tighter redraw draws none)
             return
         sent = self._available is True and not self._abandoned and self._rec is not None
         if sent:
@@ -793,7 +796,8 @@ class RerunSink:
         # batches here; their spans still waiting must not be drawn again later.
         self.stats.spans_drawn -= drawn.drawn
         self.stats.orphans -= drawn.orphans
-        TALLY.add(-drawn.drawn, -drawn.orphans)
+        self.stats.late -= drawn.late
+        TALLY.add(-drawn.drawn, -drawn.orphans, -drawn.late)
         self._lose_spans(drawn.drawn_outside(calls), 0, DropReason.SINK_UNAVAILABLE)
         self.trace.discard_calls(calls)
         for item in lost:

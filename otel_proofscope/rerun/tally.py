@@ -5,7 +5,8 @@ Every span handed to a Rerun sink ends in exactly one place: drawn in the trace 
 the drop ledger under signal ``spans``, sink ``rerun``). The summary line puts both
 together, so a run that drew nothing can never read as "nothing dropped"::
 
-    rerun: drawn 14 spans (2 as orphans); not drawn 0
+    rerun: drawn 14 spans (2 as orphans: parent never received); not drawn 0
+    rerun: drawn 18 spans (9 drawn late: their parent arrived after them); not drawn 0
     rerun: drawn 0 spans; not drawn 14 (sink_unavailable 14)
 
 A child-process translator reports its own counts to the parent (``process.py``),
@@ -24,34 +25,43 @@ SINK = "rerun"
 
 
 class DrawTally:
-    """Thread-safe running counts of spans drawn (and of those drawn as orphans)."""
+    """Thread-safe running counts of spans drawn, of those drawn as orphans (parent
+    never received), and of those drawn before their parent arrived and then moved under
+    it (*late*: an orphan whose parent came turns into a late span)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.drawn = 0
         self.orphans = 0
+        self.late = 0
 
-    def add(self, drawn: int, orphans: int = 0) -> None:
-        if drawn or orphans:
+    def add(self, drawn: int, orphans: int = 0, late: int = 0) -> None:
+        if drawn or orphans or late:
             with self._lock:
                 self.drawn += drawn
                 self.orphans += orphans
+                self.late += late
 
     def reset(self) -> None:
         with self._lock:
-            self.drawn = self.orphans = 0
+            self.drawn = self.orphans = self.late = 0
 
     def summary_line(self, ledger: DropLedger) -> str:
         """``drawn N spans; not drawn M (reason n, …)`` for the sink ``rerun``."""
         with self._lock:
-            drawn, orphans = self.drawn, self.orphans
+            drawn, orphans, late = self.drawn, self.orphans, self.late
         lost: dict[str, int] = {}
         for key, n in ledger.snapshot().items():
             if key.signal == "spans" and key.sink == SINK:
                 lost[key.reason] = lost.get(key.reason, 0) + n
         line = f"rerun: drawn {drawn} span{'s' if drawn != 1 else ''}"
+        notes = []
+        if late:
+            notes.append(f"{late} drawn late: their parent arrived after them")
         if orphans:
-            line += f" ({orphans} as orphans: parent never received)"
+            notes.append(f"{orphans} as orphans: parent never received")
+        if notes:
+            line += " (" + "; ".join(notes) + ")"
         line += f"; not drawn {sum(lost.values())}"
         if lost:
             line += " (" + ", ".join(f"{r} {n}" for r, n in sorted(lost.items())) + ")"

@@ -5,10 +5,11 @@ The proof walk (:mod:`otel_proofscope.rerun.translate`) draws only spans that sp
 ``tracing-opentelemetry`` layer, EZKL under ``opentelemetry-instrument``) would
 otherwise see nothing. This view draws *every* span, contract or not::
 
-    trace/flame/{service}/{trace}       Boxes2D, one box per span at its start time:
-                                        x = time since the trace's root started, scaled
-                                        so the root is FLAME_WIDTH wide; y = the trace's
-                                        lane + depth under its root
+    trace/flame/{service}/{trace}       Boxes2D, one box per span at its start time (its
+                                        whole label on hover), and Points2D of radius 0
+                                        carrying the labels that fit inside their box.
+                                        x = time since the lane's earliest start, the lane
+                                        FLAME_WIDTH wide; y = the lane's row + depth
     trace/logs/{service}/{trace}        TextLog: one row per span end (duration, status,
                                         attributes), one per span event, at their times
     trace/durations/{service}/{name}    Scalars: the duration (ms) of every span of that
@@ -17,25 +18,31 @@ otherwise see nothing. This view draws *every* span, contract or not::
 ``{service}`` is the resource's ``service.name`` and ``{name}`` the span name, both
 escaped as entity-path parts; ``{trace}`` is the first 8 hex digits of the trace id
 (16 when two traces share 8). Spans of several services in one trace keep their own
-entities (and colours) while sharing the trace's lane.
+entities (and colours) while sharing the trace's lane. A lane drawn again goes to
+``{trace}.{n}`` and its earlier entities are shadowed (:mod:`otel_proofscope.rerun.flame`
+has the layout: lanes, rows, x, labels, and why a redraw takes a new entity).
 
-A flame chart per trace: Rerun's 2D view keeps one scale for x and y, and traces last
-from microseconds to hours, so each trace is scaled to its root's duration (the box
-labels carry the real durations, the ``proof_time`` timeline the real times) and gets
-its own lane below the previous trace. Boxes too narrow for their label show it on
-hover only.
+One lane per trace, and the traces linked under one of its spans in the same lane
+(sp1-cluster's per-task traces hang under their task span). Rerun's 2D view keeps one
+scale for x and y, and traces last from microseconds to hours, so each lane is scaled to
+its own extent (the box labels carry the real durations, the ``proof_time`` timeline the
+real times); lanes are stacked downward, each as deep as its tree.
 
 Arrival order: a span's depth is known only once its parent is placed, and exporters
 send children before their parents (a child ends first). A span whose parent has not
-arrived waits (bounded: :data:`MAX_PENDING` spans, :data:`DEFAULT_WAIT_S`) and is placed
-with its parent. Since a root ends last, a trace's flame chart is complete when its
-root arrives, as in Jaeger; its log rows and duration points are not held back, they
-are emitted on arrival (the live part of the view). A span that waited longer (a proof
-that never finished, a parent exported elsewhere), or is still waiting at shutdown, is
-drawn as an *orphan*: grey, labelled so, in the orphan rows at the bottom of its trace's
-lane (:data:`ORPHAN_DEPTH`), where it cannot be mistaken for a child of the spans
-above. When the pending buffer is full, the oldest waiting span is drawn as an orphan at
-once and counted (:attr:`TraceIssues.pending_overflow`).
+arrived waits (bounded: :data:`MAX_PENDING` spans, :data:`DEFAULT_WAIT_S`, or
+:data:`REMOTE_WAIT_S` for a parent in another process) and is placed with its parent.
+Since a root ends last, a trace is usually drawn whole when its root arrives, as in
+Jaeger; its log rows and duration points are not held back, they are emitted on arrival
+(the live part of the view). A span that waited longer (a proof that never finished, a
+parent exported elsewhere), or is still waiting at shutdown, is drawn without its
+parent: as an *orphan*, grey, labelled so, in the orphan rows below its lane's tree,
+or, when the parent is in another process, one row under where that parent would be.
+When the pending buffer is full, the oldest waiting span is drawn so at once and counted
+(:attr:`TraceIssues.pending_overflow`). A parent that arrives after all is not too late:
+the lane is drawn again with those spans under it (:attr:`TraceIssues.late`), and the
+summary says "drawn late", not "parent never received". Whatever the order, the final
+picture is the one the spans would give sent parents first (tested with hypothesis).
 
 A span that the rules of :mod:`otel_proofscope.mapping` renamed carries its original
 name in ``proofscope.mapping.source_name``; its box reads ``source → contract``.
@@ -57,6 +64,19 @@ from opentelemetry.sdk.resources import SERVICE_NAME
 
 from otel_proofscope.otlp.sdk_fields import events_fields, span_attributes, span_events_unread
 from otel_proofscope.rerun.columns import PROOF_TIME, Frame
+from otel_proofscope.rerun.flame import (
+    BOX_HALF_HEIGHT,
+    MAX_GROUP_SPANS,
+    MIN_LABEL_PX,
+    ORPHAN,
+    PX_PER_UNIT,
+    REMOTE,
+    ROOT,
+    Group,
+    Lanes,
+    Placed,
+    fit_label,
+)
 from otel_proofscope.semconv import Attr, EventName
 
 FLAME = "trace/flame"
@@ -80,18 +100,14 @@ MAX_SERIES = 1024
 #: Attributes shown per span, characters per text row.
 MAX_ATTRS = 24
 MAX_TEXT = 500
-#: Width of a trace's root box, in the units of one depth level.
-FLAME_WIDTH = 24.0
-#: A label is drawn on boxes at least this wide (the rest on hover).
-MIN_LABELLED_WIDTH = 2.0
-#: Vertical room of one trace (deeper spans overlap the next lane).
-LANE_HEIGHT = 12
-#: Depth at which orphans are drawn in their lane (below any tree of usual depth).
-ORPHAN_DEPTH = 8
 #: Outline width of the boxes, in UI points (a negative radius in Rerun).
 OUTLINE = -1.5
-#: Half a row: the viewer draws a box's label under the box, in the gap to the next row.
-BOX_HALF_HEIGHT = 0.25
+#: Cross-trace links remembered (root → the span it hangs under); cleared when full.
+MAX_LINKS = 65536
+#: Links read per span (sp1-cluster sets one each way).
+MAX_SPAN_LINKS = 8
+#: Keys of evicted lanes remembered (so a late span of one starts a fresh entity).
+MAX_EVICTED_KEYS = 65536
 
 #: Set by the mapping rules (semconv.Attr.MAPPING_SOURCE_NAME once that lands).
 SOURCE_NAME: str = getattr(Attr, "MAPPING_SOURCE_NAME", "proofscope.mapping.source_name")
@@ -268,6 +284,7 @@ class Rec:
     events: Sequence[Any]
     parent_remote: bool = False  # the parent lives in another process (trace context)
     call: int = 0  # the translate() call it arrived in
+    links: tuple[tuple[int, int], ...] = ()  # (trace, span) of each linked span
 
     @property
     def duration(self) -> int:
@@ -313,7 +330,30 @@ def read_span(span: Any) -> Rec | None:
     events = span_events_unread(span)  # read by events_fields: round records stay unbuilt
     return Rec(trace_id, span_id, parent_id, name,
                service if isinstance(service, str) and service else "unknown_service",
-               start, end, code == "ERROR", str(message), attrs, events, remote)
+               start, end, code == "ERROR", str(message), attrs, events, remote,
+               links=_links(span))
+
+
+def _links(span: Any) -> tuple[tuple[int, int], ...]:
+    """(trace, span) of the span's links (the first :data:`MAX_SPAN_LINKS` valid)."""
+    # The SDK's own list first: its ``links`` property copies it into a tuple per read.
+    links = getattr(span, "_links", None)
+    if links is None:
+        links = getattr(span, "links", None)
+    if not links:
+        return ()
+    out: list[tuple[int, int]] = []
+    try:
+        for link in links:
+            ctx = getattr(link, "context", None)
+            t, s = getattr(ctx, "trace_id", 0), getattr(ctx, "span_id", 0)
+            if type(t) is int and type(s) is int and t and s:
+                out.append((t, s))
+                if len(out) >= MAX_SPAN_LINKS:
+                    break
+    except Exception:  # a hostile links object: the span is still drawn, unlinked
+        pass
+    return tuple(out)
 
 
 def _waiting(rec: Rec) -> Rec:
@@ -325,10 +365,13 @@ def _waiting(rec: Rec) -> Rec:
     return Rec(rec.trace_id, rec.span_id, rec.parent_id, rec.name, rec.service, rec.start,
                rec.end, rec.error, rec.status_message,
                {SOURCE_NAME: source} if isinstance(source, str) and source else _NO_ATTRS,
-               (), rec.parent_remote, rec.call)
+               (), rec.parent_remote, rec.call, rec.links)
 
 
 _NO_ATTRS: Mapping[str, Any] = {}
+#: Static and empty: shadow the temporal rows of a layout drawn again elsewhere.
+_EMPTY_BOXES = rr.Boxes2D(half_sizes=np.zeros((0, 2), dtype=np.float32))
+_EMPTY_POINTS = rr.Points2D(positions=np.zeros((0, 2), dtype=np.float32))
 _LOG_EVENT = EventName.LOG
 
 
@@ -338,13 +381,20 @@ class TraceIssues:
 
     received: int = 0
     drawn: int = 0  # boxes placed (spans fully drawn)
-    orphans: int = 0  # of which drawn without their parent
+    orphans: int = 0  # of which drawn without their parent (negative: parents came)
+    #: Spans drawn before their parent arrived, moved under it when it did (this call).
+    late: int = 0
     #: translate() call the drawn spans arrived in → how many (a span drawn in a later
     #: call than its own was settled with its batch then: the sink needs to know).
     drawn_calls: dict[int, int] = field(default_factory=dict)
     pending: int = 0  # waiting for a parent after this call
     invalid: int = 0  # no trace / span id: not drawable
     pending_overflow: int = 0  # drawn as orphans early because the buffer was full
+    redrawn: int = 0  # spans drawn again (a late parent, an earlier start, a link)
+    #: Links that could not be drawn (display only: every span is still drawn): links
+    #: forgotten when the table was full, traces kept in their own lane as too big.
+    links_forgotten: int = 0
+    unlinked: int = 0
     capped: dict[str, int] = field(default_factory=dict)
 
     def cap(self, what: str, n: int) -> None:
@@ -356,13 +406,10 @@ class TraceIssues:
         return sum(n for call, n in self.drawn_calls.items() if call not in calls)
 
 
-@dataclass
+@dataclass(eq=False)
 class _Trace:
     key: str
-    lane: float
-    origin: int | None = None  # ns at x = 0: the start of the first span placed
-    scale: float = 0.0  # x units per ns
-    depth: dict[int, int] = field(default_factory=dict)  # placed span id → depth
+    group: Group | None = None  # the lane it is drawn in (None: nothing placed yet)
 
 
 @dataclass(eq=False, slots=True)
@@ -375,39 +422,47 @@ class _Pending:
 class _Boxes:
     """Flame-chart rows of one entity in one batch (one box per row)."""
 
-    __slots__ = ("centers", "colours", "half", "labels", "shown", "times")
+    __slots__ = ("anchors", "centers", "colours", "half", "labels", "shown", "times")
 
     def __init__(self) -> None:
         self.times: list[int] = []
         self.centers: list[tuple[float, float]] = []
         self.half: list[tuple[float, float]] = []
         self.colours: list[int] = []
-        self.labels: list[str] = []
-        self.shown: list[bool] = []
+        self.labels: list[str] = []  # the whole label (on hover)
+        self.shown: list[str | None] = []  # the label drawn in the box (None: none fits)
+        self.anchors: list[tuple[float, float]] = []  # where that label hangs from
 
 
 class TraceTranslator:
-    """Turns batches of finished spans into trace-view rows; remembers depths and waits.
+    """Turns batches of finished spans into trace-view rows; remembers layouts and waits.
 
     Deterministic and free of I/O: time (``now``, monotonic seconds) is passed in.
     """
 
     def __init__(self, *, wait_s: float | None = None, max_pending: int = MAX_PENDING,
-                 max_placed: int = MAX_PLACED) -> None:
+                 max_placed: int = MAX_PLACED, remote_wait_s: float = REMOTE_WAIT_S) -> None:
         self.wait_s = wait_s_from_env() if wait_s is None else wait_s
         self.max_pending = max(1, max_pending)
         self.max_placed = max(1, max_placed)
-        self._traces: OrderedDict[int, _Trace] = OrderedDict()
+        self._traces: dict[int, _Trace] = {}
+        self._groups: OrderedDict[int, Group] = OrderedDict()  # id() → group, LRU first
+        self._lanes = Lanes()
         self._keys: dict[str, int] = {}
         self._placed = 0
-        self._ordinal = 0
         # trace id → parent span id → spans waiting for it (arrival order)
         self._pending: dict[int, dict[int, list[_Pending]]] = {}
         # Waiting spans by arrival (oldest first): a parent in this process's trace, and a
         # parent in another process (``parent_remote``), which waits less.
         self._queue: OrderedDict[int, _Pending] = OrderedDict()
         self._remote: OrderedDict[int, _Pending] = OrderedDict()
-        self.remote_wait_s = min(self.wait_s, REMOTE_WAIT_S)
+        self.remote_wait_s = min(self.wait_s, remote_wait_s)
+        # Links between traces: a root (trace, span) → the span it hangs under, and back.
+        self._under: dict[tuple[int, int], tuple[int, int]] = {}
+        self._hanging: dict[tuple[int, int], list[tuple[int, int]]] = {}
+        self._shadow: list[str] = []  # entities of earlier layouts, to hide
+        # Keys of evicted lanes → the next free generation (bounded, oldest first out).
+        self._evicted: OrderedDict[str, int] = OrderedDict()
         self._seq = 0
         self._call = 0
         self._series: set[str] = set()
@@ -429,7 +484,6 @@ class TraceTranslator:
     def translate(self, spans: Sequence[Any], frame: Frame, *, now: float) -> TraceIssues:
         issues = TraceIssues(received=len(spans))
         self._call += 1
-        boxes: dict[str, _Boxes] = {}
         recs: list[Rec] = []
         for span in spans:
             try:
@@ -445,36 +499,37 @@ class TraceTranslator:
         recs.sort(key=lambda r: (r.start, -r.end, r.span_id))
         for rec in recs:
             self._log_and_series(rec, frame, issues)
-            trace = self._traces.get(rec.trace_id)
+            if rec.links:
+                self._note_links(rec, issues)
             if rec.parent_id == 0:
-                self._place(rec, 0, False, boxes, issues)
-            elif trace is not None and rec.parent_id in trace.depth:
-                self._place(rec, trace.depth[rec.parent_id] + 1, False, boxes, issues)
+                self._place(rec, None, ROOT, issues)
+                continue
+            parent = self._find(rec.trace_id, rec.parent_id)
+            if parent is not None:
+                self._place(rec, parent, ROOT, issues)
             else:
-                self._wait(rec, now, boxes, issues)
-        self.expire(now, frame, issues, boxes)
-        self._emit(boxes, frame)
+                self._wait(rec, now, issues)
+        self._expire(now, issues)
+        self._emit(frame, issues)
         issues.pending = self.pending
         return issues
 
-    def expire(self, now: float, frame: Frame, issues: TraceIssues | None = None,
-               boxes: dict[str, _Boxes] | None = None) -> TraceIssues:
-        """Draw as orphans the spans that waited ``wait_s`` or longer."""
-        issues = issues if issues is not None else TraceIssues()
-        own = boxes is None
-        if own:
-            self._call += 1  # a call of its own: what it draws arrived earlier
-        boxes = {} if boxes is None else boxes
+    def expire(self, now: float, frame: Frame) -> TraceIssues:
+        """Draw as orphans the spans that waited their wait or longer."""
+        issues = TraceIssues()
+        self._call += 1  # a call of its own: what it draws arrived earlier
+        self._expire(now, issues)
+        self._emit(frame, issues)
+        issues.pending = self.pending
+        return issues
+
+    def _expire(self, now: float, issues: TraceIssues) -> None:
         for queue, wait in self._queues():
             while queue:
                 first = next(iter(queue.values()))
                 if now - first.since < wait:
                     break
-                self._orphan(first, boxes, issues)
-        if own:
-            self._emit(boxes, frame)
-            issues.pending = self.pending
-        return issues
+                self._orphan(first, issues)
 
     @property
     def last_call(self) -> int:
@@ -486,7 +541,8 @@ class TraceTranslator:
         return self.discard_calls({self._call})
 
     def discard_calls(self, calls: set[int]) -> int:
-        """Forget the waiting spans that arrived in ``calls`` (batches counted lost)."""
+        """Forget the spans that arrived in ``calls`` (batches counted lost): those still
+        waiting, and those drawn (a later redraw must not bring them back)."""
         gone = [p for queue, _ in self._queues() for p in queue.values()
                 if p.rec.call in calls]
         for p in gone:
@@ -499,11 +555,26 @@ class TraceTranslator:
                     by_parent.pop(p.rec.parent_id, None)
             if not by_parent:
                 self._pending.pop(p.rec.trace_id, None)
+        for g in self._groups.values():
+            drop = [k for k, s in g.spans.items() if s.call in calls]
+            for k in drop:
+                del g.spans[k]
+            self._placed -= len(drop)
         return len(gone)
 
     def drain(self, frame: Frame) -> TraceIssues:
-        """Shutdown: draw every waiting span as an orphan."""
-        return self.expire(math.inf, frame)
+        """Shutdown: draw every waiting span as an orphan, and draw tight the lanes that
+        kept room to grow."""
+        issues = TraceIssues()
+        self._call += 1
+        self._expire(math.inf, issues)
+        for g in self._groups.values():
+            if g.emitted and not g.frozen and g.slack() > 0:
+                g.dirty = True
+                g.tight = True
+        self._emit(frame, issues)
+        issues.pending = self.pending
+        return issues
 
     def next_expiry(self, now: float) -> float | None:
         """Seconds until the oldest waiting span expires (None: nothing waits)."""
@@ -516,63 +587,158 @@ class TraceTranslator:
     def _trace(self, trace_id: int) -> _Trace:
         trace = self._traces.get(trace_id)
         if trace is not None:
-            self._traces.move_to_end(trace_id)
             return trace
         key = f"{trace_id:032x}"[:8]
         if self._keys.get(key, trace_id) != trace_id:
             key = f"{trace_id:032x}"[:16]  # two traces sharing 8 hex digits stay apart
         self._keys[key] = trace_id
-        trace = _Trace(key, float(self._ordinal * LANE_HEIGHT))
-        self._ordinal += 1
-        self._traces[trace_id] = trace
+        trace = self._traces[trace_id] = _Trace(key)
         return trace
 
-    def _remember(self, trace: _Trace, span_id: int, depth: int) -> None:
-        if span_id not in trace.depth:
-            self._placed += 1
-        trace.depth[span_id] = depth
-        while self._placed > self.max_placed and len(self._traces) > 1:
-            old_id, old = self._traces.popitem(last=False)
-            if old is trace:  # never evict the trace being drawn
-                self._traces[old_id] = old
-                self._traces.move_to_end(old_id, last=False)
-                break
-            self._placed -= len(old.depth)
-            if self._keys.get(old.key) == old_id:
-                del self._keys[old.key]
+    def _group(self, trace_id: int) -> Group:
+        trace = self._trace(trace_id)
+        g = trace.group
+        if g is None:
+            g = trace.group = Group(trace.key, {trace_id})
+            # A trace whose lane was evicted: its next lane must not write into (nor,
+            # redrawn, shadow) the entities of the one still shown.
+            g.gen = self._evicted.pop(trace.key, 0)
+            self._groups[id(g)] = g
+        else:
+            self._groups.move_to_end(id(g))
+        return g
 
-    def _place(self, rec: Rec, depth: int, orphan: bool, boxes: dict[str, _Boxes],
-               issues: TraceIssues) -> None:
-        """Draw ``rec`` at ``depth``, then every span that waited for it (iteratively)."""
-        stack = [(rec, depth, orphan)]
+    def _find(self, trace_id: int, span_id: int) -> Placed | None:
+        trace = self._traces.get(trace_id)
+        if trace is None or trace.group is None:
+            return None
+        return trace.group.find((trace_id, span_id))
+
+    def _place(self, rec: Rec, parent: Placed | None, how: int, issues: TraceIssues) -> None:
+        """Draw ``rec`` (under ``parent``, else anchored ``how``), then every span that
+        waited for it (iteratively)."""
+        stack: list[tuple[Rec, Placed | None, int]] = [(rec, parent, how)]
         while stack:
-            r, d, o = stack.pop()
-            trace = self._trace(r.trace_id)
-            self._remember(trace, r.span_id, d)
-            self._box(r, trace, d, o, boxes)
+            r, par, anchor = stack.pop()
+            g = self._group(r.trace_id)
+            p = Placed(r.trace_id, r.span_id, r.parent_id, r.start, r.end, r.service,
+                       self._label(r), r.error, r.parent_remote, r.call)
+            if par is not None:
+                p.tree, p.row = par.tree, par.row + 1
+            elif anchor == REMOTE:
+                p.row, p.orphan = 1, True
+            elif anchor == ORPHAN:
+                p.tree, p.orphan = False, True
+            if p.orphan:
+                g.orphans.setdefault((r.trace_id, r.parent_id), []).append(p)
+            key = (r.trace_id, r.span_id)
+            if key in g:
+                self._placed -= 1  # the same span sent twice: drawn twice, kept once
+            g.add(p, key)
+            self._placed += 1
             issues.drawn += 1
-            issues.orphans += o
+            issues.orphans += p.orphan
             issues.drawn_calls[r.call] = issues.drawn_calls.get(r.call, 0) + 1
+            # Drawn before it came: its orphans move under it (drawn again, counted late).
+            late = g.orphans.pop(key, None)
+            if late:
+                for o in late:
+                    if o.orphan:
+                        o.orphan = False
+                        issues.orphans -= 1
+                        issues.late += 1
+                g.dirty = True
+            if r.parent_id == 0 or key in self._hanging:
+                self._link(p, g, issues)
             waiting = self._pending.get(r.trace_id, {}).pop(r.span_id, None)
             if waiting:
-                for p in waiting:
-                    self._unqueue(p)
-                    stack.append((p.rec, d + 1, False))
+                for w in waiting:
+                    self._unqueue(w)
+                    stack.append((w.rec, p, ROOT))
             if r.trace_id in self._pending and not self._pending[r.trace_id]:
                 del self._pending[r.trace_id]
 
-    def _wait(self, rec: Rec, now: float, boxes: dict[str, _Boxes],
-              issues: TraceIssues) -> None:
+    def _note_links(self, rec: Rec, issues: TraceIssues) -> None:
+        """Remember which root hangs under which span of another trace: a root's own
+        link, or a span's link to the root of another trace (sp1-cluster sets both)."""
+        me = (rec.trace_id, rec.span_id)
+        for other in rec.links:
+            if other[0] == rec.trace_id:
+                continue
+            child, under = (me, other) if rec.parent_id == 0 else (other, me)
+            if child in self._under:
+                continue
+            if len(self._under) >= MAX_LINKS:
+                issues.links_forgotten += len(self._under)
+                self._under.clear()
+                self._hanging.clear()
+            self._under[child] = under
+            self._hanging.setdefault(under, []).append(child)
+
+    def _link(self, p: Placed, g: Group, issues: TraceIssues) -> None:
+        """``p`` is drawn: hang it under its linked span, or the roots linked to it
+        under it, when both are drawn (their lanes become one)."""
+        if p.parent_id == 0:
+            under = self._under.get(p.key)
+            if under is not None:
+                p.link = under
+                target = self._find(*under)
+                if target is not None:
+                    self._merge(self._group(under[0]), g, issues)
+        for child in self._hanging.get(p.key, ()):
+            c = self._find(*child)
+            if c is not None and c.parent_id == 0:
+                c.link = p.key
+                # p's lane as it is now (the merge above may have moved it)
+                self._merge(self._group(p.trace_id), self._group(child[0]), issues)
+
+    def _merge(self, into: Group, other: Group, issues: TraceIssues) -> None:
+        into.dirty = True
+        if into is other:
+            return
+        if into.frozen or other.frozen or len(into.spans) + len(other.spans) > MAX_GROUP_SPANS:
+            issues.unlinked += 1  # too big to redraw as one: kept apart
+            return
+        into.spans.update(other.spans)
+        for k, orphans in other.orphans.items():
+            into.orphans.setdefault(k, []).extend(orphans)
+        into.traces |= other.traces
+        for tid in other.traces:
+            self._traces[tid].group = into
+        into.lo, into.hi = min(into.lo, other.lo), max(into.hi, other.hi)
+        if other.emitted:
+            self._shadow += other.paths
+        self._lanes.release(other)
+        self._groups.pop(id(other), None)
+
+    def _evict(self) -> None:
+        """Keep at most ``max_placed`` spans: whole lanes, least recently drawn first
+        (never the lane being drawn: one trace over the cap keeps its rows, slim, as its
+        children need them)."""
+        while self._placed > self.max_placed and len(self._groups) > 1:
+            _, old = self._groups.popitem(last=False)
+            self._placed -= old.size
+            for tid in old.traces:
+                trace = self._traces.pop(tid, None)
+                if trace is not None and self._keys.get(trace.key) == tid:
+                    del self._keys[trace.key]
+            # Its boxes stay drawn (its room in the chart too); a later lane of the
+            # same trace key starts at the next generation.
+            self._evicted[old.key] = old.gen + 1
+            if len(self._evicted) > MAX_EVICTED_KEYS:
+                self._evicted.popitem(last=False)
+
+    def _wait(self, rec: Rec, now: float, issues: TraceIssues) -> None:
         while self.pending >= self.max_pending:
             issues.pending_overflow += 1
             heads = [next(iter(q.values())) for q, _ in self._queues() if q]
-            self._orphan(min(heads, key=lambda h: h.seq), boxes, issues)
+            self._orphan(min(heads, key=lambda h: h.seq), issues)
         self._seq += 1
         p = _Pending(_waiting(rec), now, self._seq)
         (self._remote if rec.parent_remote else self._queue)[p.seq] = p
         self._pending.setdefault(rec.trace_id, {}).setdefault(rec.parent_id, []).append(p)
 
-    def _orphan(self, p: _Pending, boxes: dict[str, _Boxes], issues: TraceIssues) -> None:
+    def _orphan(self, p: _Pending, issues: TraceIssues) -> None:
         rec = p.rec
         self._unqueue(p)
         by_parent = self._pending.get(rec.trace_id, {})
@@ -581,18 +747,20 @@ class TraceTranslator:
             siblings.remove(p)
             if not siblings:
                 by_parent.pop(rec.parent_id, None)
+        if rec.trace_id in self._pending and not self._pending[rec.trace_id]:
+            del self._pending[rec.trace_id]
         # Its parent may have been placed meanwhile only through another route: check.
-        trace = self._traces.get(rec.trace_id)
-        if trace is not None and rec.parent_id in trace.depth:
-            self._place(rec, trace.depth[rec.parent_id] + 1, False, boxes, issues)
+        parent = self._find(rec.trace_id, rec.parent_id)
+        if parent is not None:
+            self._place(rec, parent, ROOT, issues)
         elif rec.parent_remote:
             # The entry point of this process into a trace begun elsewhere (``proofscope
             # run``'s TRACEPARENT, a caller that exports to another backend): under
             # wherever its parent would be, one level down from the top.
-            self._place(rec, 1, True, boxes, issues)
+            self._place(rec, None, REMOTE, issues)
         else:
             # Its depth is unknown: the orphan rows, apart from the placed tree.
-            self._place(rec, ORPHAN_DEPTH, True, boxes, issues)
+            self._place(rec, None, ORPHAN, issues)
 
     # ── rows ─────────────────────────────────────────────────────────────────────────
 
@@ -601,47 +769,64 @@ class TraceTranslator:
         name = f"{source} → {rec.name}" if isinstance(source, str) and source else rec.name
         return _clip(name)
 
-    def _box(self, rec: Rec, trace: _Trace, depth: int, orphan: bool,
-             boxes: dict[str, _Boxes]) -> None:
-        if trace.origin is None:
-            # Fixed by the first span placed: the root (children wait for it), or an
-            # orphan when the root never came. Boxes already sent keep their x.
-            trace.origin = rec.start
-            trace.scale = FLAME_WIDTH / max(rec.duration, 1000)
-        half_w = rec.duration * trace.scale / 2
-        x = (rec.start - trace.origin) * trace.scale + half_w
-        y = trace.lane + depth
-        label = f"{self._label(rec)} {format_ms(rec.duration)}"
-        if depth == 0 and not orphan:
-            label += f" · trace {trace.key}"
-        if rec.error:
+    def _texts(self, p: Placed, g: Group, room: bool) -> tuple[str, list[str], int]:
+        """The whole label (hover), the labels that may be drawn (longest first; none
+        unless ``room``), and the box colour."""
+        dur = format_ms(p.end - p.start)
+        if not room and not p.error and not p.orphan and p.link is None and not (
+                p.parent_id == 0 and p.row == 0):
+            return f"{p.name} {dur}", [], service_colour(p.service)  # the common case
+        full = f"{p.name} {dur}"
+        shown = [full, p.name]
+        short = p.name.split(" (", 1)[0]  # viztracer's "fold (work.py:10)": "fold"
+        if short and short != p.name:
+            shown.append(short)
+        if p.parent_id == 0 and (p.row == 0 or p.link is not None):
+            own = self._traces.get(p.trace_id)
+            full += f" · trace {own.key if own else f'{p.trace_id:032x}'[:8]}"
+            if p.link is not None and p.row > 0:
+                full += " (linked)"  # hangs under the span it is linked to
+            shown.insert(0, full)
+        if p.error:
             # Plain text: the viewer's font (Inter) has no dingbats; a missing glyph
             # aborts the headless viewer.
-            label += " ERROR"
+            full += " ERROR"
+            shown = [*(f"{s} ERROR" for s in shown), shown[-1]]  # red says it too
             colour = ERROR_RGBA
-        elif orphan and not rec.parent_remote:
+        elif p.orphan and not p.remote:
             colour = ORPHAN_RGBA
         else:
-            colour = service_colour(rec.service)
-        if orphan and rec.parent_remote:
-            label += f" (parent {rec.parent_id:016x} in another process, not received)"
-        elif orphan:
-            label += f" (orphan: parent {rec.parent_id:016x} not received)"
-        path = f"{FLAME}/{part(rec.service)}/{trace.key}"
+            colour = service_colour(p.service)
+        if p.orphan and p.remote:
+            full += f" (parent {p.parent_id:016x} in another process, not received)"
+        elif p.orphan:
+            full += f" (orphan: parent {p.parent_id:016x} not received)"
+            shown.insert(0, f"{shown[-1]} (orphan)")
+        return full, shown, colour
+
+    def _box(self, p: Placed, g: Group, boxes: dict[str, _Boxes]) -> None:
+        scale = g.scale
+        x0 = max(0.0, (p.start - g.t0) * scale)  # clipped only in a frozen lane
+        width = max(0.0, (p.end - g.t0) * scale - x0)
+        y = g.y(p)
+        room = width * PX_PER_UNIT >= MIN_LABEL_PX
+        full, shown, colour = self._texts(p, g, room)
+        path = f"{FLAME}/{part(p.service)}/{g.key}" + (f".{g.gen}" if g.gen else "")
         b = boxes.get(path)
         if b is None:
             b = boxes[path] = _Boxes()
-        b.times.append(rec.start)
-        b.centers.append((x, y))
-        b.half.append((half_w, BOX_HALF_HEIGHT))
+            g.paths.add(path)
+        b.times.append(p.start)
+        b.centers.append((x0 + width / 2, y))
+        b.half.append((width / 2, BOX_HALF_HEIGHT))
         b.colours.append(colour)
-        b.labels.append(label)
-        b.shown.append(2 * half_w >= MIN_LABELLED_WIDTH)
+        b.labels.append(full)
+        b.shown.append(fit_label(width, shown) if room else None)
+        b.anchors.append((x0 + width / 2, y - BOX_HALF_HEIGHT))
 
     def _log_and_series(self, rec: Rec, frame: Frame, issues: TraceIssues) -> None:
         svc = part(rec.service)
-        key = self._traces[rec.trace_id].key if rec.trace_id in self._traces \
-            else self._trace(rec.trace_id).key
+        key = self._trace(rec.trace_id).key
         logs = f"{LOGS}/{svc}/{key}"
         attrs = format_attrs(rec.attrs)
         text = f"{self._label(rec)} {format_ms(rec.duration)}"
@@ -704,18 +889,80 @@ class TraceTranslator:
             frame.static(series, rr.SeriesLines(names=[_clip(title)]))
         frame.scalar(series, rec.end, rec.duration / 1e6)
 
-    def _emit(self, boxes: dict[str, _Boxes], frame: Frame) -> None:
+    def _emit(self, frame: Frame, issues: TraceIssues) -> None:
+        boxes: dict[str, _Boxes] = {}
+        for g in list(self._groups.values()):
+            if not g.new and not g.dirty:
+                continue
+            if g.frozen and g.emitted:
+                g.fits(g.new)
+                if self._lanes.last is g:  # a frozen lane grows in place, never moves
+                    self._lanes.place(g, g.rows_used())
+                for p in g.new:
+                    self._box(p, g, boxes)
+            elif g.emitted and not g.dirty and g.fits(g.new) and (
+                    g.rows_used() <= g.allotted or self._lanes.last is g):
+                self._lanes.place(g, g.rows_used())
+                for p in g.new:
+                    self._box(p, g, boxes)
+            else:
+                self._redraw(g, issues, boxes)
+            g.new = []
+            g.dirty = False
+            g.tight = False
+        for path in self._shadow:
+            frame.static(path, _EMPTY_BOXES)
+            frame.static(path, _EMPTY_POINTS)
+        self._shadow = []
         for path, b in boxes.items():
-            n = len(b.times)
-            order = np.argsort(np.asarray(b.times, dtype=np.int64), kind="stable")
-            cols = rr.Boxes2D.columns(
-                centers=np.asarray(b.centers, dtype=np.float32)[order],
-                half_sizes=np.asarray(b.half, dtype=np.float32)[order],
-                colors=np.asarray(b.colours, dtype=np.uint32)[order],
-                labels=[b.labels[i] for i in order],
-                show_labels=[b.shown[i] for i in order],
-                radii=np.full(n, OUTLINE, dtype=np.float32),
-            )
-            times = np.asarray(b.times, dtype=np.int64)[order]
-            frame.columns(path, [rr.TimeColumn(PROOF_TIME, timestamp=times.astype(
-                "datetime64[ns]"))], list(cols), n)
+            self._send(path, b, frame)
+        self._evict()  # after drawing: a lane is never forgotten before it is drawn
+
+    def _redraw(self, g: Group, issues: TraceIssues, boxes: dict[str, _Boxes]) -> None:
+        """Lay ``g`` out again from every span it keeps and draw it on a new entity."""
+        if g.emitted:
+            issues.redrawn += len(g.spans)
+            self._shadow += g.paths
+            g.paths = set()
+            g.gen += 1
+        if g.emitted or g.dirty:
+            g.rows()
+        else:
+            g.count_rows()
+        g.extent(tight=g.tight or not g.emitted)
+        self._lanes.place(g, g.rows_used())
+        g.emitted = True
+        for p in g.spans.values():
+            self._box(p, g, boxes)
+        for p in g.new:
+            if p.key not in g.spans:  # placed once frozen (in its first call)
+                self._box(p, g, boxes)
+
+    def _send(self, path: str, b: _Boxes, frame: Frame) -> None:
+        n = len(b.times)
+        order = np.argsort(np.asarray(b.times, dtype=np.int64), kind="stable")
+        times = np.asarray(b.times, dtype=np.int64)[order]
+        cols = rr.Boxes2D.columns(
+            centers=np.asarray(b.centers, dtype=np.float32)[order],
+            half_sizes=np.asarray(b.half, dtype=np.float32)[order],
+            colors=np.asarray(b.colours, dtype=np.uint32)[order],
+            labels=[b.labels[i] for i in order],
+            show_labels=[False] * n,  # on hover; drawn by the points below
+            radii=np.full(n, OUTLINE, dtype=np.float32),
+        )
+        # The labels that fit, hung from the top edge of their box: Rerun draws a label
+        # below its anchor, so it lands inside the box, on the box's own row. In the
+        # same rows as the boxes (0 or 1 point each): one row per span, as before.
+        keep = [i for i in order if b.shown[i] is not None]
+        columns = list(cols)
+        if keep:
+            lengths = np.asarray([b.shown[i] is not None for i in order], dtype=np.int32)
+            columns += list(rr.Points2D.columns(
+                positions=np.asarray(b.anchors, dtype=np.float32)[keep],
+                radii=np.zeros(len(keep), dtype=np.float32),
+                colors=np.asarray(b.colours, dtype=np.uint32)[keep],
+                labels=[b.shown[i] for i in keep],
+                show_labels=[True] * len(keep),
+            ).partition(lengths))
+        frame.columns(path, [rr.TimeColumn(PROOF_TIME, timestamp=times.astype(
+            "datetime64[ns]"))], columns, n)

@@ -201,7 +201,7 @@ class Worker:
         drops = [[k.signal, k.sink, k.reason, n] for k, n in self.ledger.snapshot().items()]
         stats = self.sink.stats
         line = {"settled": self.received.as_dict(), "drops": drops, "flush": flush, "ok": ok,
-                "final": final, "drawn": [stats.spans_drawn, stats.orphans]}
+                "final": final, "drawn": [stats.spans_drawn, stats.orphans, stats.late]}
         try:
             self._report.write(json.dumps(line).encode() + b"\n")
             self._report.flush()
