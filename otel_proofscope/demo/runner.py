@@ -186,7 +186,7 @@ class DemoResult:
                 continue  # said on each sink's own line below
             for sink, n in withheld.items():
                 if line.startswith(f"exported to {sink}: "):
-                    line += f" (+{n} witness events withheld: they never leave the process)"
+                    line += f" (+{n} witness events kept out of OTLP and files: local view only)"
             if withheld and line.startswith(f"exported to {SINK_RERUN}: "):
                 line += f" (incl. {max(withheld.values())} witness events, local view only)"
             out.append(line)
