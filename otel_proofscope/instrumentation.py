@@ -161,6 +161,15 @@ def _resolve(value: Lazy) -> Any:
     return value() if callable(value) else value
 
 
+def _field_element(value: Any, name: str) -> str:
+    """``fields.canonical`` with the argument's name in the error (README: a bad claim
+    raises ``ValueError`` naming the field)."""
+    try:
+        return fields.canonical(value)
+    except ValueError as exc:
+        raise ValueError(f"{name}: {exc}") from None
+
+
 def _check_kind(kind: object) -> str:
     value = kind.value if isinstance(kind, LayerKind) else kind
     if not isinstance(value, str) or value not in _LAYER_KINDS:
@@ -361,7 +370,7 @@ class ProofTracer:
         if output_shape is not None:
             attrs[Attr.LAYER_OUTPUT_SHAPE] = fields.shape(output_shape, "output_shape")
         if claim_initial is not None:
-            attrs[Attr.CLAIM_INITIAL] = fields.canonical(claim_initial)
+            attrs[Attr.CLAIM_INITIAL] = _field_element(claim_initial, "claim_initial")
         if hw_id is not None:
             attrs[Attr.HW_ID] = str(hw_id)
         return _Phase(functools.partial(self._layer_cm, attrs, index, kind_s, int(rounds)))

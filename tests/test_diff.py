@@ -252,6 +252,8 @@ def test_rerun_recording_holds_both_runs_aligned(runs: dict[str, Path], tmp_path
             assert rows[0].times["proof_time"] == 0
             assert [r.values["Scalars:scalars"][0] for r in rows] == list(range(9))  # 8 layers
         boxes = rec.rows(f"/diff/gantt/{role}")
+        if role == "base":  # its wide boxes show their label, on their own entity
+            boxes += rec.rows("/diff/gantt/base/labelled")
         assert min(r.times["proof_time"] for r in boxes) == 0
         assert any(f"{role}: proof.layer MatMul" in r.values["Boxes2D:labels"][0]
                    for r in boxes)

@@ -208,7 +208,12 @@ def test_known_span_set(tmp_path: Path) -> None:
     assert any("verification verified" in r.values["TextLog:text"][0]
                for r in rec.rows(f"/logs/proof/{p}"))
     # Static per-proof series styles name what is plotted, and the blueprint is there.
-    assert "not a magnitude" in rec.static(f"/gkr/claim/{p}")["SeriesPoints:names"][0]
+    # Short names without the proof's trace-id hash (issue 30: legends in a corner).
+    assert rec.static(f"/gkr/claim/{p}")["SeriesPoints:names"] == ["claim fingerprint"]
+    for path in (q for q in rec.paths() if not q.startswith("/trace/")):  # the walk's
+        for key in ("SeriesPoints:names", "SeriesLines:names"):
+            for name in rec.static(path).get(key) or []:
+                assert p not in name and len(name) <= 24, (path, name)
     assert RrdReader(tmp_path / "proof.rrd").blueprints()
 
 

@@ -57,8 +57,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    given = list(sys.argv[1:] if argv is None else argv)
+    if given[:1] == ["--version"]:
+        # Without building the parser: that imports every subcommand (serve's OTLP
+        # receiver, diff's statistics, numpy), ~1 s for one line.
+        print(f"proofscope {__version__}")
+        return 0
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(given)
     if args.command is None:
         parser.print_help()
         return 2

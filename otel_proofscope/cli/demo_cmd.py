@@ -107,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
             return 2
         start_fresh(args.out)  # this run's files only, like its recording
 
-    with progress_reporter(args.layers) as progress:
+    with progress_reporter(args.layers * args.repeat, per_proof=args.repeat > 1) as progress:
         options = DemoOptions(out_dir=args.out, layers=args.layers, width=args.width,
                               backend=args.backend, rerun=args.rerun,
                               telemetry=args.telemetry, seed=args.seed,
@@ -122,19 +122,35 @@ def run(args: argparse.Namespace) -> int:
         except ValueError as exc:
             print(f"proofscope demo: {exc}", file=sys.stderr)
             return 2
+    quiet_abandoned_exports()
     print("\n".join(f"proofscope demo: {line}" for line in result.summary_lines()))
     return 0 if result.verified else 1
 
 
-@contextmanager
-def progress_reporter(total: int | None = None) -> Iterator[Callable[[int, int, str], None]]:
-    """A rich progress bar on a terminal, one quiet line per layer otherwise.
+def quiet_abandoned_exports() -> None:
+    """After the pipeline's shutdown: an export it abandoned at its bound (a collector
+    that accepts and never answers) ends later in the OTLP exporter's thread with
+    ``ERROR … Channel closed!``, after the summary that already counted those items
+    (``… → otlp (shutdown)``). The process is about to exit; say nothing twice."""
+    import logging
 
-    ``total`` (the layer count, known before proving) sizes the bar from the start, so
-    it never shows ``0/?``.
+    logging.getLogger("opentelemetry.exporter").setLevel(logging.CRITICAL)
+
+
+@contextmanager
+def progress_reporter(total: int | None = None, *, per_proof: bool = False
+                      ) -> Iterator[Callable[[int, int, str], None]]:
+    """A rich progress bar on a terminal, one quiet line per layer otherwise (one per
+    proof with ``per_proof``: ``--repeat 20`` is 20 lines, not 180).
+
+    ``total`` (the layer count over all proofs, known before proving) sizes the bar
+    from the start, so it never shows ``0/?``.
     """
     if not sys.stderr.isatty():
         def plain(done: int, total: int, what: str) -> None:
+            if per_proof and not what.endswith(("verified", "REJECTED")) \
+                    and "REJECTED" not in what:
+                return
             print(f"proofscope demo: [{done}/{total}] {what}", file=sys.stderr, flush=True)
 
         yield plain

@@ -86,6 +86,19 @@ class DemoResult:
     hw_id: str | None = None
     #: Verification outcome of every proof when ``repeat`` > 1 (``prove`` is the last).
     all_verified: list[bool] = field(default_factory=list)
+    #: Where the wall time went (seconds): building the network and starting telemetry,
+    #: proving and verifying every proof (with its telemetry), holding, and the
+    #: telemetry shutdown (flushing every exporter: files, OTLP, the Rerun recording).
+    setup_s: float = 0.0
+    #: Of ``setup_s``: building the network (the rest is starting the telemetry
+    #: pipeline: importing the SDK, exporters and Rerun, opening the sinks).
+    network_s: float = 0.0
+    proving_s: float = 0.0
+    hold_s: float = 0.0
+    shutdown_s: float = 0.0
+    #: Points of metrics each sink exported, and witness events each sink withheld.
+    metric_points_exported: dict[str, int] = field(default_factory=dict)
+    witness_by_sink: dict[str, int] = field(default_factory=dict)
 
     @property
     def verified(self) -> bool:
@@ -109,8 +122,9 @@ class DemoResult:
             f"soundness: {p.soundness_bits:.1f} bits interactive, "
             f"{net.fiat_shamir_bits():.1f} bits non-interactive (Fiat–Shamir, against "
             f"2^{HASH_QUERIES_LOG2} hash queries)",
-            f"time: prove {p.prove_s * 1e3:.1f} ms, verify {p.verify_s * 1e3:.1f} ms, "
-            f"wall {self.wall_s:.2f} s",
+            f"time: prove {p.prove_s * 1e3:.1f} ms, verify {p.verify_s * 1e3:.1f} ms"
+            + ("" if len(self.all_verified) <= 1 else " (the last proof)"),
+            self.wall_line(),
             "time per layer kind: " + ", ".join(
                 f"{kind} {secs * 1e3:.1f} ms ({self._count(kind)}×)"
                 for kind, secs in sorted(p.layer_seconds.items(), key=lambda kv: -kv[1])),
@@ -120,7 +134,7 @@ class DemoResult:
         if not o.telemetry:
             lines.append("telemetry: off")
             return lines
-        lines += [f"telemetry: {line}" for line in self.telemetry_lines]
+        lines += [f"telemetry: {line}" for line in self.export_lines()]
         for name, path in self.files.items():
             lines.append(f"wrote {name}: {path}")
         if self.rerun_note:
@@ -144,6 +158,39 @@ class DemoResult:
         elif target not in ("off", ""):
             lines.append(f"streamed to the Rerun viewer at {target}")
         return lines
+
+    def wall_line(self) -> str:
+        """The wall time and what it consists of, measured (a bare "wall 3.9 s" beside
+        a 0.8 s proof left the rest unexplained)."""
+        parts = [f"set-up {self.setup_s:.2f} s" + (
+                     f" (network {self.network_s:.2f} s, telemetry pipeline "
+                     f"{self.setup_s - self.network_s:.2f} s)" if self.options.telemetry
+                     else " (network)"),
+                 f"proving {self.proving_s:.2f} s"
+                 + (f" ({len(self.all_verified)} proofs)" if len(self.all_verified) > 1
+                    else "")]
+        if self.options.hold_s > 0:
+            parts.append(f"hold {self.hold_s:.2f} s")
+        if self.options.telemetry:
+            parts.append(f"shutdown {self.shutdown_s:.2f} s (draining the exporters)")
+        return f"wall {self.wall_s:.2f} s = " + " + ".join(parts)
+
+    def export_lines(self) -> list[str]:
+        """The pipeline's report, each sink's span events explained where witness events
+        (activation statistics, attention scores) make them differ: those reach the
+        local Rerun view only, never OTLP or the files (unless exported on purpose)."""
+        withheld = {k: n for k, n in self.witness_by_sink.items() if n}
+        out = []
+        for line in self.telemetry_lines:
+            if line.startswith("witness events kept out of OTLP") and withheld:
+                continue  # said on each sink's own line below
+            for sink, n in withheld.items():
+                if line.startswith(f"exported to {sink}: "):
+                    line += f" (+{n} witness events kept out of OTLP and files: local view only)"
+            if withheld and line.startswith(f"exported to {SINK_RERUN}: "):
+                line += f" (incl. {max(withheld.values())} witness events, local view only)"
+            out.append(line)
+        return out
 
     def gpu_line(self) -> str:
         """GPU kernel time, bytes moved and energy of the (last) proof, or why not."""
@@ -228,18 +275,26 @@ def run_demo(options: DemoOptions) -> DemoResult:
     """Prove the demo network with the requested telemetry; never leaves sinks open."""
     start = time.perf_counter()
     network = build_network(options.layers, options.width, options.rows, options.seed)
+    network_s = time.perf_counter() - start
     if not options.telemetry:
         matmul, hw_id = load_matmul(options.backend, metrics.NoOpMeterProvider())
         off = ProofTracer(trace.NoOpTracerProvider(), metrics.NoOpMeterProvider())
+        proving = time.perf_counter()
         result = prove(network, tracer=off, backend=options.backend, matmul=matmul,
                        hw_id=hw_id, progress=options.progress)
+        holding = time.perf_counter()
         _hold(options)
-        return DemoResult(options, network, result, time.perf_counter() - start,
-                          hw_id=hw_id)
+        end = time.perf_counter()
+        return DemoResult(options, network, result, end - start, hw_id=hw_id,
+                          setup_s=proving - start, proving_s=holding - proving,
+                          hold_s=end - holding)
 
     from otel_proofscope.setup import configure
 
     target = options.rerun_target()
+    # Witness data shows only in the local Rerun view: without one, capturing it would
+    # cost the prover and show nothing.
+    witness = options.witness and target.lower() not in ("off", "none", "")
     note = ""
     if target.lower() not in ("off", "none", ""):
         problem = rerun_available()
@@ -252,7 +307,7 @@ def run_demo(options: DemoOptions) -> DemoResult:
     rerun_lost_before = DROPS.total(sink=SINK_RERUN)
     telemetry = configure(service_name="proofscope-demo", out_dir=options.out_dir,
                           rerun=target, prometheus_port=options.prometheus_port,
-                          capture_witness=options.witness, set_global=options.set_global,
+                          capture_witness=witness, set_global=options.set_global,
                           span_exporters=options.span_exporters,
                           metric_readers=options.metric_readers)
     try:
@@ -261,15 +316,23 @@ def run_demo(options: DemoOptions) -> DemoResult:
         if options.backend != "cpu":
             telemetry.start_gpu_sampler()  # NVML devices, if any; silent otherwise
         outcomes: list[bool] = []
-        for _ in range(max(1, options.repeat)):
+        repeat = max(1, options.repeat)
+        proving = time.perf_counter()
+        setup_s = proving - start
+        for k in range(repeat):
             result = prove(network, tracer=telemetry.tracer, backend=options.backend,
-                           matmul=matmul, hw_id=hw_id, progress=options.progress)
+                           matmul=matmul, hw_id=hw_id,
+                           progress=_of_many(options.progress, k, repeat))
             outcomes.append(result.verified)
+        holding = time.perf_counter()
+        proving_s = holding - proving
         if options.hold_s > 0:
             telemetry.force_flush()  # so files and scrapers see the proof while we hold
             _hold(options)
     finally:
+        stopping = time.perf_counter()
         report = telemetry.shutdown(log_drops=False)  # printed in the summary
+        shutdown_s = time.perf_counter() - stopping
     files: dict[str, Path] = {}
     out_dir = telemetry.out_dir
     if out_dir is not None:
@@ -279,12 +342,29 @@ def run_demo(options: DemoOptions) -> DemoResult:
     if target.startswith("file:") and Path(target[len("file:"):]).exists():
         files[RRD_FILE] = Path(target[len("file:"):])
     return DemoResult(options, network, result, time.perf_counter() - start,
+                      setup_s=setup_s, proving_s=proving_s, hold_s=stopping - holding,
+                      network_s=network_s,
+                      shutdown_s=shutdown_s,
+                      metric_points_exported=dict(report.metric_points_exported),
+                      witness_by_sink=dict(report.witness_by_sink),
                       rerun_target=target, rerun_note=note, files=files,
                       telemetry_lines=report.lines(), spans_exported=report.spans_exported,
                       events_exported=report.events_exported, dropped=report.dropped,
                       rerun_lost=DROPS.total(sink=SINK_RERUN) - rerun_lost_before,
                       timed_out=report.timed_out,
                       hw_id=hw_id, all_verified=outcomes)
+
+
+def _of_many(progress: Progress | None, k: int, repeat: int) -> Progress | None:
+    """Progress of proof ``k`` of ``repeat`` as one count over all of them (one bar for
+    ``--repeat 20``, not twenty)."""
+    if progress is None or repeat == 1:
+        return progress
+
+    def report(done: int, total: int, what: str) -> None:
+        progress(k * total + done, repeat * total, f"proof {k + 1}/{repeat}: {what}")
+
+    return report
 
 
 def _hold(options: DemoOptions) -> None:

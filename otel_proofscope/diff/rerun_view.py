@@ -28,6 +28,7 @@ import uuid
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -35,6 +36,9 @@ from otel_proofscope.diff.samples import Proof
 from otel_proofscope.diff.traces import SpanRecord
 from otel_proofscope.pipeline.output_files import open_output_fd
 from otel_proofscope.semconv import SpanName
+
+if TYPE_CHECKING:
+    import rerun.blueprint as rrb
 
 #: The recording's timeline (a duration here, not a timestamp: see the module doc).
 PROOF_TIME = "proof_time"
@@ -51,6 +55,8 @@ LANE_HEIGHT = 0.4
 #: The chart's lanes together are this share of its width, whatever the proof's length
 #: (x is milliseconds, so a lane's height is scaled to the longer median proof).
 LANES_TO_WIDTH = 0.5
+#: A base box at least this share of the chart's width shows its label.
+LABEL_MIN_WIDTH = 0.12
 
 
 @dataclass
@@ -66,8 +72,10 @@ class Gantt:
     times_s: list[float] = field(default_factory=list)  # each box's start (row time)
     mins: list[tuple[float, float]] = field(default_factory=list)  # (ms, lane)
     sizes: list[tuple[float, float]] = field(default_factory=list)
-    labels: list[str] = field(default_factory=list)
+    labels: list[str] = field(default_factory=list)  # on hover: run, span, kind, time
+    short: list[str] = field(default_factory=list)  # drawn on wide boxes: kind or span, time
     cut: int = 0  # spans left out beyond MAX_GANTT_SPANS
+    extent_ms: float = 1.0  # the longer median proof: the chart's width
 
 
 @dataclass
@@ -134,7 +142,7 @@ def layout(runs: dict[str, list[Proof]], contract: bool) -> list[RunView]:
     for role in ROLES:
         proofs = runs.get(role, [])
         lines = [progress(p, contract) for p in proofs[:MAX_PROGRESS_PROOFS]]
-        gantt = Gantt()
+        gantt = Gantt(extent_ms=max(longest_ms, 1e-3))
         p = medians.get(role)
         if p is not None:
             offset = 0.0 if role == "base" else LANE_HEIGHT + 0.05
@@ -148,9 +156,36 @@ def layout(runs: dict[str, list[Proof]], contract: bool) -> list[RunView]:
                 gantt.mins.append((start_s * 1e3, (lanes[key] + offset) * pitch))
                 gantt.sizes.append((s.duration_ns / 1e6, LANE_HEIGHT * pitch))
                 kind = f" {s.layer_kind}" if s.layer_kind else ""
-                gantt.labels.append(f"{role}: {s.name}{kind} {s.duration_ns / 1e6:.3g} ms")
+                took = f"{s.duration_ns / 1e6:.3g} ms"
+                gantt.labels.append(f"{role}: {s.name}{kind} {took}")
+                gantt.short.append(f"{s.layer_kind or s.name} {took}")
         views.append(RunView(role, lines, gantt, "layers" if contract else "spans"))
     return views
+
+
+def diff_blueprint() -> rrb.Blueprint:
+    """Progress above the Gantt chart, the diff table beside them (full height, so the
+    table is not cut); side and time panels collapsed like every recording's."""
+    import rerun.blueprint as rrb
+
+    from otel_proofscope.rerun.blueprint import LEGEND, panels
+
+    return rrb.Blueprint(
+        rrb.Horizontal(
+            rrb.Vertical(
+                rrb.TimeSeriesView(
+                    name="Progress since proof start (base blue, candidate orange)",
+                    origin="/diff/progress", plot_legend=LEGEND),
+                rrb.Spatial2DView(
+                    name="Median proof, ms since start (base above candidate)",
+                    origin="/diff/gantt",
+                    time_ranges=[rrb.VisibleTimeRange(
+                        PROOF_TIME, start=rrb.TimeRangeBoundary.infinite(),
+                        end=rrb.TimeRangeBoundary.cursor_relative())]),
+                row_shares=[2, 3]),
+            rrb.TextDocumentView(name="Diff", origin="/diff/summary"),
+            column_shares=[1, 1]),
+        *panels())
 
 
 def write(target: str, views: list[RunView], summary_md: str) -> str:
@@ -159,7 +194,6 @@ def write(target: str, views: list[RunView], summary_md: str) -> str:
     Returns where the recording went, for the user.
     """
     import rerun as rr
-    import rerun.blueprint as rrb
 
     from otel_proofscope.rerun.sink import parse_target, probe
 
@@ -167,21 +201,7 @@ def write(target: str, views: list[RunView], summary_md: str) -> str:
     if t.kind == "off":
         return "off"
     rec = rr.RecordingStream(APP_ID, recording_id=str(uuid.uuid4()))
-    blueprint = rrb.Blueprint(
-        rrb.Vertical(
-            rrb.TimeSeriesView(name="Progress since proof start (base blue, candidate orange)",
-                               origin="/diff/progress"),
-            rrb.Horizontal(
-                rrb.Spatial2DView(
-                    name="Median proof, ms since start (base above candidate)",
-                    origin="/diff/gantt",
-                    time_ranges=[rrb.VisibleTimeRange(
-                        PROOF_TIME, start=rrb.TimeRangeBoundary.infinite(),
-                        end=rrb.TimeRangeBoundary.cursor_relative())]),
-                rrb.TextDocumentView(name="Diff", origin="/diff/summary"),
-                column_shares=[3, 2]),
-            row_shares=[1, 1]),
-        rrb.TimePanel(timeline=PROOF_TIME))
+    blueprint = diff_blueprint()
     if t.kind == "file":
         Path(t.path).parent.mkdir(parents=True, exist_ok=True)
         # Refuses a link or a non-file planted at the path (Rerun would follow it); one
@@ -210,15 +230,26 @@ def write(target: str, views: list[RunView], summary_md: str) -> str:
                              columns=rr.Scalars.columns(scalars=np.asarray(line.values)))
         g = view.gantt
         if g.mins:
-            path = f"/diff/gantt/{view.role}"
+            mins = np.asarray(g.mins, dtype=float)
             half = np.asarray(g.sizes, dtype=float) / 2
-            rec.send_columns(
-                path, indexes=[rr.TimeColumn(PROOF_TIME, duration=g.times_s)],
-                columns=rr.Boxes2D.columns(centers=np.asarray(g.mins, dtype=float) + half,
-                                           half_sizes=half, labels=g.labels,
-                                           colors=[colour] * len(g.mins)))
-            # Labels on hover only: drawn, a proof's boxes bury each other in text.
-            rec.log(path, rr.Boxes2D.from_fields(show_labels=False), static=True)
+            # The base's wide boxes carry their label (a candidate box sits just below
+            # its base box, the same phase); the rest show theirs on hover, or a proof's
+            # boxes bury each other in text.
+            wide = (half[:, 0] * 2 >= LABEL_MIN_WIDTH * g.extent_ms) if view.role == "base" \
+                else np.zeros(len(mins), dtype=bool)
+            for part, keep, shown in (("", ~wide, False), ("/labelled", wide, True)):
+                if not keep.any():
+                    continue
+                path = f"/diff/gantt/{view.role}{part}"
+                rec.send_columns(
+                    path, indexes=[rr.TimeColumn(PROOF_TIME,
+                                                 duration=np.asarray(g.times_s)[keep])],
+                    columns=rr.Boxes2D.columns(
+                        centers=mins[keep] + half[keep], half_sizes=half[keep],
+                        labels=[lb for lb, k in zip(g.short if shown else g.labels, keep,
+                                                    strict=True) if k],
+                        colors=[colour] * int(keep.sum())))
+                rec.log(path, rr.Boxes2D.from_fields(show_labels=shown), static=True)
     rec.flush()
     rec.disconnect()
     return where

@@ -213,6 +213,8 @@ class RerunSink:
         self._unconfirmed_calls: set[int] = set()
         self._gap_overflow = 0
         self._rec: rr.RecordingStream | None = None
+        # The layout follows the data: panels for what the recording holds (blueprint.py).
+        self._layouts = blueprint.Layouts()
         self._available: bool | None = None
         self._next_retry = 0.0
         self._last_probe = 0.0
@@ -622,6 +624,9 @@ class RerunSink:
     def _send(self, sends: list[Send]) -> None:
         rec = self._rec
         assert rec is not None
+        layout = self._layouts.observe(s.path for s in sends)
+        if layout is not None:
+            rec.send_blueprint(layout, make_active=True, make_default=True)
         for s in sends:
             if s.static is not None:
                 rec.log(s.path, s.static, static=True)
@@ -696,7 +701,7 @@ class RerunSink:
             if not same:
                 raise UnsafeOutputError(f"refusing to write recording {str(path)!r}: it was "
                                         "replaced (a link?) after it was opened")
-        self._recording().save(path, default_blueprint=blueprint.build())
+        self._recording().save(path, default_blueprint=self._layouts.current())
         return None
 
     def _claim(self, path: Path) -> Path:
@@ -757,7 +762,7 @@ class RerunSink:
                     return f"the spawned viewer did not listen on port {t.port} within " \
                            f"{self._connect_timeout:.0f} s"
                 time.sleep(0.1)
-        self._recording().connect_grpc(t.url, default_blueprint=blueprint.build())
+        self._recording().connect_grpc(t.url, default_blueprint=self._layouts.current())
         return None
 
     def _written(self) -> bool:

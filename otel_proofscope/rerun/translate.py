@@ -74,7 +74,15 @@ NODES = "gkr/walk/nodes"
 ROUNDS = "gkr/walk/rounds"
 TRAIL = "gkr/walk/progress_trail"
 GPU_TIME = "gkr/walk/gpu_time"
-ACCUMULATING = (NODES, ROUNDS, TRAIL, GPU_TIME)
+#: Layer labels of a proof without a circuit (a mapped foreign prover): its first helix.
+LABELS = "gkr/walk/labels"
+ACCUMULATING = (NODES, ROUNDS, TRAIL, GPU_TIME, LABELS)
+
+#: Walk labels stay short: neighbouring layers are ~50 px apart in a 1280×800 window.
+_SHORT_KIND = {"Activation": "Act", "Attention": "Attn", "LayerNorm": "LNorm",
+               "RMSNorm": "RMS", "Embedding": "Embed", "Dequantize": "Dequant",
+               "Quantize": "Quant", "Unknown": "?"}
+_MAX_LABEL = 10
 
 #: Caps that keep a hostile or buggy span from exhausting memory (excess is counted).
 MAX_LAYER_INDEX = 1 << 20
@@ -101,6 +109,43 @@ _GPU_EVENTS = frozenset({EventName.GPU_ADAPTER_ACQUIRED, EventName.GPU_CAPABILIT
                          EventName.GPU_FAULT, EventName.GPU_RETRY, EventName.GPU_RECOVERY})
 _STATS = (Attr.ACTIVATION_MEAN, Attr.ACTIVATION_STD_DEV, Attr.ACTIVATION_MIN,
           Attr.ACTIVATION_MAX, Attr.ACTIVATION_SPARSITY)
+
+
+def walk_label(index: int, kind: str) -> str:
+    """A layer's label on the walk: its index and (short) kind, e.g. ``4 Attn``."""
+    return f"{index} {_SHORT_KIND.get(kind, kind)[:_MAX_LABEL]}"
+
+
+#: Each plotted quantity's legend name and colour, the same for every proof of a
+#: recording: a plot's legend lists each quantity once (the viewer merges entries of
+#: one name), and successive proofs sit side by side on the time axis. Which proof a
+#: point belongs to is its entity path (``gkr/claim/{p}``), shown on hover; a
+#: recording of one proof names it in the panel titles.
+SERIES: dict[str, int] = {
+    "claim fingerprint": 0x5DADE2FF,
+    "variables left": 0xE6C229FF,
+    "layers done": 0x00E676FF,
+    "round ms": 0x4FC3F7FF,
+    "binding ms": 0xFF8A65FF,
+    "GPU kernel ms": 0x26C6DAFF,
+    "GPU energy J": 0xFFA726FF,
+    "bytes uploaded": 0x9CCC65FF,
+    "bytes read back": 0x7E57C2FF,
+    "activation mean": 0xFFCA28FF,
+    "activation std_dev": 0x26A69AFF,
+    "activation min": 0x42A5F5FF,
+    "activation max": 0xEF5350FF,
+    "activation sparsity": 0xAB47BCFF,
+}
+
+
+def series_style(quantity: str, *, points: bool) -> Any:
+    """The static style of a per-proof series: a short name (never a trace-id hash)
+    and its quantity's colour."""
+    colour = [SERIES.get(quantity, 0xB0B0B0FF)]
+    if points:
+        return rr.SeriesPoints(names=[quantity], colors=colour)
+    return rr.SeriesLines(names=[quantity], colors=colour)
 
 
 def is_layer(span: ReadableSpan) -> bool:
@@ -294,22 +339,18 @@ class SpanTranslator:
     # ── per proof ────────────────────────────────────────────────────────────────────
 
     def _place(self, model: ProofModel, frame: Frame) -> None:
-        """Static per-proof series styles, once."""
+        """Static per-proof series styles, once (:data:`SERIES`)."""
         if model.placed:
             return
         model.placed = True
         p = model.key
-        frame.static(f"gkr/claim/{p}", rr.SeriesPoints(
-            names=[f"claim fingerprint {p}: limb0 mod (2^31-1) / (2^31-1), not a magnitude"]))
-        frame.static(f"gkr/remaining/{p}", rr.SeriesLines(
-            names=[f"sumcheck variables left (fraction) {p}"]))
-        frame.static(f"proof/progress/{p}", rr.SeriesLines(names=[f"layers done (fraction) {p}"],
-                                                           colors=[0x00E676FF]))
+        frame.static(f"gkr/claim/{p}", series_style("claim fingerprint", points=True))
+        frame.static(f"gkr/remaining/{p}", series_style("variables left", points=False))
+        frame.static(f"proof/progress/{p}", series_style("layers done", points=False))
         if model.replayed:  # no measured durations: no duration series at all
             return
-        frame.static(f"gkr/round_ms/{p}", rr.SeriesPoints(names=[f"round wall time ms {p}"]))
-        frame.static(f"proof/binding_ms/{p}", rr.SeriesPoints(
-            names=[f"aggregated binding ms {p}"]))
+        frame.static(f"gkr/round_ms/{p}", series_style("round ms", points=True))
+        frame.static(f"proof/binding_ms/{p}", series_style("binding ms", points=True))
 
     def _derived(self, model: ProofModel, frame: Frame) -> None:
         total = model.total_layers()
@@ -452,13 +493,11 @@ class SpanTranslator:
         if not model.gpu_styled and (Attr.GPU_DISPATCH_COUNT in a or Attr.GPU_ENERGY in a):
             # Points, not lines: consecutive phases are different work, not one signal.
             model.gpu_styled = True
-            for path, name in ((f"gpu/phase/kernel_ms/{p}", f"GPU kernel ms per phase {p}"),
-                               (f"gpu/phase/energy_j/{p}", f"GPU energy J per phase {p} "
-                                "(device-wide)"),
-                               (f"gpu/phase/bytes/{p}/upload", f"bytes uploaded per phase {p}"),
-                               (f"gpu/phase/bytes/{p}/readback",
-                                f"bytes read back per phase {p}")):
-                frame.static(path, rr.SeriesPoints(names=[name]))
+            for path, name in ((f"gpu/phase/kernel_ms/{p}", "GPU kernel ms"),
+                               (f"gpu/phase/energy_j/{p}", "GPU energy J"),
+                               (f"gpu/phase/bytes/{p}/upload", "bytes uploaded"),
+                               (f"gpu/phase/bytes/{p}/readback", "bytes read back")):
+                frame.static(path, series_style(name, points=True))
         kernel_s = _num(a, Attr.GPU_KERNEL_TIME)
         if kernel_s is not None and kernel_s >= 0:
             frame.scalar(f"gpu/phase/kernel_ms/{p}", end, kernel_s * 1e3)
@@ -550,10 +589,13 @@ class SpanTranslator:
                 model.kinds[idx] = kind
             model.touch(end)
             order = sorted(nodes)
+            # Labels on the first proof's helix only: later helices repeat its layout,
+            # and their labels would pile onto the first's at this distance.
             frame.points(f"circuit/{p}/nodes", end, [
                 Node(layout.node_position(i, nodes[i][0], off),
                      layout.kind_rgba(nodes[i][0], 0x90), layout.node_radius(nodes[i][1]) * 0.6,
-                     f"{nodes[i][0]} [{i}]") for i in order])
+                     walk_label(i, nodes[i][0])) for i in order],
+                show_labels=model.ordinal == 0)
             self._backbone(model, frame, end, order)
             strips = self._edges(a, nodes, off, issues)
             if strips:
@@ -604,6 +646,11 @@ class SpanTranslator:
         took = _ms(start, end, model.replayed)
         frame.point(NODES, start, Node(pos, layout.kind_rgba(kind), radius, f"{label} · {p}"),
                     layer=index, show_labels=False)
+        if not model.circuit_nodes and model.ordinal == 0:
+            # No circuit declared its layers (a mapped foreign prover): label them here.
+            frame.point(LABELS, start, Node(pos, layout.kind_rgba(kind), radius * 0.5,
+                                            walk_label(index, kind if kind != "Unknown"
+                                                       else shown)), layer=index)
         frame.point(f"gkr/walk/{p}/cursor", start,
                     Node(pos, layout.CURSOR, radius + layout.CURSOR_MARGIN, f"proving {label}"))
         logs = f"logs/gkr/{p}"
@@ -616,7 +663,10 @@ class SpanTranslator:
         done = self._rounds(span, index, total, pos, start, end, acc, frame, logs, issues)
 
         model.add_layer(LayerSummary(index, kind, start, end, ok))
-        frame.point(NODES, end, Node(pos, layout.PROVED_SHELL if ok else layout.FAILED_SHELL,
+        # Proved: a translucent shell in the layer's kind colour (a green one hid the
+        # kind under it); failed: red.
+        frame.point(NODES, end, Node(pos, layout.kind_rgba(kind, 0x70) if ok
+                                     else layout.FAILED_SHELL,
                                      radius * layout.SHELL_SCALE,
                                      f"{label} · {p} {'proved' if ok else 'FAILED'} in {took}"),
                     layer=index, show_labels=False)
@@ -720,7 +770,7 @@ class SpanTranslator:
             for key in _STATS:
                 name = key.rsplit(".", 1)[-1]
                 frame.static(f"inference/stats/{p}/{name}",
-                             rr.SeriesLines(names=[f"activation {name} {p}"]))
+                             series_style(f"activation {name}", points=False))
         for ev in others:
             if ev.name == EventName.LAYER_ACTIVATION:
                 a = ev.attributes or {}
