@@ -139,7 +139,7 @@ def trace_view_line(exporters: list[Any]) -> str | None:
     for exporter in exporters:
         translator: Any = getattr(getattr(exporter, "sink", None), "trace", None)
         kept = getattr(translator, "_traces", None)
-        drawn = getattr(translator, "_ordinal", None)
+        drawn = getattr(translator, "traces_seen", None)
         if kept is not None and isinstance(drawn, int):
             forgotten = max(0, drawn - len(kept))
             return (f"trace view: {len(kept)} traces remembered, {forgotten} older ones "

@@ -292,9 +292,13 @@ def run_demo(options: DemoOptions) -> DemoResult:
     from otel_proofscope.setup import configure
 
     target = options.rerun_target()
-    # Witness data shows only in the local Rerun view: without one, capturing it would
-    # cost the prover and show nothing.
-    witness = options.witness and target.lower() not in ("off", "none", "")
+    # Witness data shows in the local Rerun view, or in the files when the user asked
+    # for it there (PROOFSCOPE_EXPORT_WITNESS=1): with neither, capturing it would cost
+    # the prover and show nothing.
+    from otel_proofscope.setup.options import env_bool
+
+    witness = options.witness and (target.lower() not in ("off", "none", "")
+                                   or bool(env_bool("PROOFSCOPE_EXPORT_WITNESS")))
     note = ""
     if target.lower() not in ("off", "none", ""):
         problem = rerun_available()

@@ -450,6 +450,9 @@ class TraceTranslator:
         self._lanes = Lanes()
         self._keys: dict[str, int] = {}
         self._placed = 0
+        #: Traces given a lane so far (one evicted and seen again counts again): with
+        #: ``len(_traces)`` it says how many the view has forgotten.
+        self.traces_seen = 0
         # trace id → parent span id → spans waiting for it (arrival order)
         self._pending: dict[int, dict[int, list[_Pending]]] = {}
         # Waiting spans by arrival (oldest first): a parent in this process's trace, and a
@@ -593,6 +596,7 @@ class TraceTranslator:
             key = f"{trace_id:032x}"[:16]  # two traces sharing 8 hex digits stay apart
         self._keys[key] = trace_id
         trace = self._traces[trace_id] = _Trace(key)
+        self.traces_seen += 1
         return trace
 
     def _group(self, trace_id: int) -> Group:
