@@ -34,7 +34,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from otel_proofscope.demo.runner import DemoOptions, rerun_available, run_demo
+from otel_proofscope.demo_runner import DemoOptions, rerun_available, run_demo
 
 
 def _size(text: str) -> tuple[int, int]:
@@ -85,7 +85,7 @@ def where(layers: int, width: int, repeat: int, tmp: Path, rerun_ok: bool
     from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 
-    import otel_proofscope.demo.runner as runner
+    import otel_proofscope.demo_runner as runner
     from otel_proofscope.pipeline.processor import BoundedBatchSpanProcessor
     from otel_proofscope.setup.telemetry import Telemetry
 

@@ -46,7 +46,7 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_serv
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
-from otel_proofscope.pipeline.drops import DROPS, DropLedger
+from otel_proofscope.ledger import DROPS, DropLedger
 from otel_proofscope.pipeline.fast_otlp import FastOTLPSpanExporter, encode_export_request
 from otel_proofscope.pipeline.json_file import JsonLinesSpanExporter
 from otel_proofscope.pipeline.multi_sink import MultiSinkBatchSpanProcessor

@@ -127,7 +127,6 @@ class Attr:
     # Not namespaced on the wire (dashboards and alerts select on it); the Python name
     # says so instead of pretending it is a proofscope.* key.
     REASON = "reason"
-    PROOFSCOPE_REASON = REASON  # the old name
     PROOFSCOPE_FIELD = "proofscope.field"
 
     # proof.log events (a prover's or a bridged producer's log lines on the active span)

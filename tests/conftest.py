@@ -11,9 +11,9 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from otel_proofscope import instrumentation, phase_cost
-from otel_proofscope.pipeline.config import Telemetry, configure
-from otel_proofscope.pipeline.drops import DROPS, REJECTIONS
+from otel_proofscope.ledger import DROPS, REJECTIONS
 from otel_proofscope.pipeline.privacy import local
+from otel_proofscope.setup import Telemetry, configure
 
 
 @pytest.fixture(autouse=True)

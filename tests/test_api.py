@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from opentelemetry.trace import NoOpTracerProvider, StatusCode
 
 from otel_proofscope import ActivationStats, CircuitNode, ProofTracer, semconv
-from otel_proofscope.pipeline.drops import DROPS, REJECTIONS
+from otel_proofscope.ledger import DROPS, REJECTIONS
 from otel_proofscope.semconv import Attr, EventName, SpanName
 from tests.conftest import Pipeline
 
@@ -226,8 +226,8 @@ def test_errors_mark_the_span(pipeline: Pipeline) -> None:
 def test_witness_data_stays_local_unless_exported(tmp_path: Path) -> None:
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-    from otel_proofscope.pipeline.config import configure
     from otel_proofscope.pipeline.privacy import local as mark_local
+    from otel_proofscope.setup import configure
 
     def prove(export: bool) -> tuple[list, list]:  # type: ignore[type-arg]
         memory = InMemorySpanExporter()
@@ -278,7 +278,7 @@ def test_bad_attention_matrix_rejected_and_counted(pipeline: Pipeline, scores) -
 
 
 def test_span_event_limit_drops_are_counted(tmp_path: Path) -> None:
-    from otel_proofscope.pipeline.config import configure
+    from otel_proofscope.setup import configure
 
     t = configure(out_dir=tmp_path, set_global=False, max_events_per_span=5, rerun="off")
     with t.tracer.proof(system="gkr"), t.tracer.layer(index=0, kind="MatMul", rounds=12):

@@ -471,8 +471,8 @@ _DEMO_PROVER = textwrap.dedent("""
     import sys, time
     from otel_proofscope.demo.circuit import build_network
     from otel_proofscope.demo.prover import prove
-    from otel_proofscope.demo.runner import BackendUnavailableError, load_matmul
-    from otel_proofscope.pipeline.config import configure
+    from otel_proofscope.demo_runner import BackendUnavailableError, load_matmul
+    from otel_proofscope.setup import configure
 
     port, backend, proofs = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
     pause, hold, out = float(sys.argv[4]), float(sys.argv[5]), sys.argv[6]

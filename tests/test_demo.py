@@ -20,7 +20,7 @@ import pytest
 
 from otel_proofscope.demo.circuit import build_network
 from otel_proofscope.demo.field import QM31
-from otel_proofscope.demo.runner import rerun_available
+from otel_proofscope.demo_runner import rerun_available
 from otel_proofscope.fields import parse_canonical
 from otel_proofscope.semconv import Attr, EventName, LayerKind, LayerProofKind, SpanName
 
@@ -241,7 +241,7 @@ def test_cpu_path_has_no_gpu_evidence(run: tuple[Path, str]) -> None:
 
 def test_cpu_path_never_imports_wgpu(tmp_path: Path) -> None:
     code = ("import sys; from pathlib import Path; "
-            "from otel_proofscope.demo.runner import DemoOptions, run_demo; "
+            "from otel_proofscope.demo_runner import DemoOptions, run_demo; "
             f"r = run_demo(DemoOptions(out_dir=Path({str(tmp_path)!r}), layers=3, width=4, "
             "rerun='off')); "
             "assert r.verified; assert 'wgpu' not in sys.modules, 'wgpu imported'")

@@ -19,7 +19,7 @@ from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from otel_proofscope.instrumentation import ActivationStats
-from otel_proofscope.pipeline.drops import DROPS
+from otel_proofscope.ledger import DROPS
 from otel_proofscope.pipeline.multi_sink import MultiSinkBatchSpanProcessor
 from otel_proofscope.pipeline.privacy import local
 from otel_proofscope.rerun import readback

@@ -33,8 +33,9 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, SpanKind, Status, StatusCode
 from opentelemetry.trace.span import TraceFlags, TraceState
 
-from otel_proofscope.pipeline.drops import DropKey, DropLedger
-from otel_proofscope.pipeline.fast_otlp import FastOTLPSpanExporter, encode_export_request
+from otel_proofscope.ledger import DropKey, DropLedger
+from otel_proofscope.otlp.encode import encode_export_request
+from otel_proofscope.pipeline.fast_otlp import FastOTLPSpanExporter
 from otel_proofscope.pipeline.processor import BoundedBatchSpanProcessor
 from otel_proofscope.semconv import DropReason
 

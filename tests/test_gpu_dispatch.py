@@ -26,9 +26,9 @@ from otel_proofscope.gpu.dispatch import (
     GpuRuntime,
     default_fault_kind,
 )
-from otel_proofscope.gpu.evidence import ClaimSet
+from otel_proofscope.gpu.evidence import EvidenceDedup
 from otel_proofscope.instrumentation import ProofTracer
-from otel_proofscope.pipeline.drops import REJECTIONS
+from otel_proofscope.ledger import REJECTIONS
 from otel_proofscope.semconv import Attr, EventName, GapReason, GpuCapability, Metric
 
 IDENT = DeviceIdentity(backend="cuda", hw_id="GPU-test-0", name="Test GPU", vendor="NVIDIA",
@@ -45,7 +45,7 @@ class Env:
         self.reader = InMemoryMetricReader()
         self.mp = MeterProvider(metric_readers=[self.reader])
         self.tracer = ProofTracer(self.tp, self.mp)
-        self.claims = ClaimSet()
+        self.claims = EvidenceDedup()
 
     def runtime(self, **kw: Any) -> GpuRuntime:
         return GpuRuntime(IDENT, gaps=kw.pop("gaps", GAPS), meter_provider=self.mp,

@@ -16,11 +16,11 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from otel_proofscope.gpu import evidence
-from otel_proofscope.gpu._instruments import instruments_for
 from otel_proofscope.gpu.backend import DeviceIdentity, Gap
-from otel_proofscope.gpu.evidence import DEDUP_SINK, MAX_RECORDED_CLAIMS, ClaimSet, Evidence
+from otel_proofscope.gpu.evidence import DEDUP_SINK, MAX_EVIDENCE_KEYS, Evidence, EvidenceDedup
+from otel_proofscope.gpu.instruments import instruments_for
 from otel_proofscope.instrumentation import ProofTracer
-from otel_proofscope.pipeline.drops import DROPS
+from otel_proofscope.ledger import DROPS
 from otel_proofscope.semconv import Attr, DropReason, EventName, GapReason, GpuCapability, Metric
 
 VULKAN = DeviceIdentity("vulkan", "wgpu:vulkan:10de:2330", "GPU", "NVIDIA", "1.0", 0x10DE, 0x2330)
@@ -36,7 +36,7 @@ def _fresh() -> Iterator[None]:
 
 
 def test_claim_once_repeats_rejected_without_loss() -> None:
-    claims = ClaimSet()
+    claims = EvidenceDedup()
     assert claims.claim((1, "vulkan", "utilization"))
     for _ in range(100):
         assert not claims.claim((1, "vulkan", "utilization"))
@@ -47,8 +47,8 @@ def test_claim_once_repeats_rejected_without_loss() -> None:
 
 def test_default_capacity_is_1024_and_overflow_counted_exactly(
         caplog: pytest.LogCaptureFixture) -> None:
-    claims = ClaimSet()
-    assert claims.capacity == MAX_RECORDED_CLAIMS == 1024
+    claims = EvidenceDedup()
+    assert claims.capacity == MAX_EVIDENCE_KEYS == 1024
     for i in range(1024):
         assert claims.claim((i, "vulkan", "identity"))
     with caplog.at_level(logging.WARNING, logger="otel_proofscope.gpu"):
@@ -66,7 +66,7 @@ def test_default_capacity_is_1024_and_overflow_counted_exactly(
 
 
 def test_overflowed_claim_is_not_recorded_later() -> None:
-    claims = ClaimSet(capacity=1)
+    claims = EvidenceDedup(capacity=1)
     assert claims.claim("a")
     assert not claims.claim("b")
     assert not claims.claim("b")  # still full: counted again, never silently recorded
@@ -75,7 +75,7 @@ def test_overflowed_claim_is_not_recorded_later() -> None:
 
 
 def test_concurrent_claims_exact() -> None:
-    claims = ClaimSet(capacity=500)
+    claims = EvidenceDedup(capacity=500)
     won: list[int] = []
     lock = threading.Lock()
 
@@ -98,7 +98,7 @@ def test_key_includes_backend() -> None:
     """One runtime driving two backends reports the same capability for each."""
     reader = InMemoryMetricReader()
     mp = MeterProvider(metric_readers=[reader])
-    ev = Evidence(instruments_for(mp), ClaimSet())
+    ev = Evidence(instruments_for(mp), EvidenceDedup())
     assert ev.capability_unsupported(7, VULKAN, UTIL)
     assert ev.capability_unsupported(7, CUDA, UTIL)
     assert not ev.capability_unsupported(7, CUDA, UTIL)
@@ -113,7 +113,7 @@ def test_key_includes_backend() -> None:
 
 
 def test_identity_once_per_runtime_and_backend() -> None:
-    ev = Evidence(instruments_for(MeterProvider()), ClaimSet())
+    ev = Evidence(instruments_for(MeterProvider()), EvidenceDedup())
     assert ev.adapter_acquired(1, VULKAN)
     assert not ev.adapter_acquired(1, VULKAN)
     assert ev.adapter_acquired(1, CUDA)
@@ -124,7 +124,7 @@ def test_events_go_to_otel_current_span_else_proof_phase_span() -> None:
     exporter = InMemorySpanExporter()
     tp = TracerProvider()
     tp.add_span_processor(SimpleSpanProcessor(exporter))
-    ev = Evidence(instruments_for(MeterProvider()), ClaimSet())
+    ev = Evidence(instruments_for(MeterProvider()), EvidenceDedup())
     tracer = tp.get_tracer("t")
     with tracer.start_as_current_span("user-span"):
         ev.capability_unsupported(1, VULKAN, UTIL, evidence.active_span())

@@ -26,7 +26,7 @@ from otel_proofscope.gpu import evidence, start_sampler
 from otel_proofscope.gpu.backend import BackendUnavailable, DeviceIdentity
 from otel_proofscope.gpu.census import census_dict, take_census
 from otel_proofscope.gpu.dispatch import GpuRuntime
-from otel_proofscope.gpu.evidence import ClaimSet
+from otel_proofscope.gpu.evidence import EvidenceDedup
 from otel_proofscope.gpu.nvml import NvmlBackend
 from otel_proofscope.gpu.sampler import Sampler
 from otel_proofscope.instrumentation import ProofTracer
@@ -40,7 +40,7 @@ class Env:
     def __init__(self) -> None:
         self.reader = InMemoryMetricReader()
         self.mp = MeterProvider(metric_readers=[self.reader])
-        self.claims = ClaimSet()
+        self.claims = EvidenceDedup()
         self.samplers: list[Sampler] = []
 
     def sampler(self, nvml: FakeNvml, **kw: Any) -> Sampler:

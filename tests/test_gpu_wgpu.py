@@ -25,7 +25,7 @@ from otel_proofscope.demo.gpu_kernels import (  # noqa: E402
 )
 from otel_proofscope.gpu import evidence  # noqa: E402
 from otel_proofscope.gpu.backend import HwState  # noqa: E402
-from otel_proofscope.gpu.evidence import ClaimSet  # noqa: E402
+from otel_proofscope.gpu.evidence import EvidenceDedup  # noqa: E402
 from otel_proofscope.gpu.wgpu_backend import (  # noqa: E402
     WgpuBackend,
     WgpuDevice,
@@ -58,7 +58,7 @@ class Env:
         self.reader = InMemoryMetricReader()
         self.mp = MeterProvider(metric_readers=[self.reader])
         self.tracer = ProofTracer(self.tp, self.mp)
-        self.claims = ClaimSet()
+        self.claims = EvidenceDedup()
 
     def matmul(self, **kw: Any) -> WgpuMatmul:
         timestamps = kw.pop("timestamps", True)

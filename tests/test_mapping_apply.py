@@ -19,8 +19,8 @@ from opentelemetry.trace import SpanContext, Status, StatusCode
 from otel_proofscope.mapping.apply import Mapper
 from otel_proofscope.mapping.rules import load_rules, parse_rules
 from otel_proofscope.mapping.wiring import MAP_ENV, mapper_for
-from otel_proofscope.pipeline.config import configure
 from otel_proofscope.semconv import Attr, EventName, Metric, SpanName
+from otel_proofscope.setup import configure
 
 TRACE = 0x1234_5678_9ABC_DEF0_1234_5678_9ABC_DEF0
 

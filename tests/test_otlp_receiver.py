@@ -53,8 +53,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from otel_proofscope.instrumentation import ProofTracer
 from otel_proofscope.integrations.otlp_receiver import OtlpReceiver
-from otel_proofscope.integrations.otlp_receiver.core import SINK
-from otel_proofscope.pipeline.drops import DROPS
+from otel_proofscope.integrations.otlp_receiver.core import LEDGER_SINK as SINK
+from otel_proofscope.ledger import DROPS
 from otel_proofscope.semconv import Attr, SpanName
 
 TOKEN = "s3cret-token"

@@ -31,8 +31,8 @@ from opentelemetry.proto.trace.v1 import trace_pb2
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from otel_proofscope.integrations.otlp_receiver import OtlpReceiver
-from otel_proofscope.integrations.otlp_receiver.core import SINK
-from otel_proofscope.pipeline.drops import DROPS
+from otel_proofscope.integrations.otlp_receiver.core import LEDGER_SINK as SINK
+from otel_proofscope.ledger import DROPS
 
 CAP = 16 * 1024
 SERVICES = {

@@ -13,9 +13,9 @@ import pytest
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from otel_proofscope.pipeline.config import configure
-from otel_proofscope.pipeline.drops import DROPS, DropLedger
+from otel_proofscope.ledger import DROPS, DropLedger
 from otel_proofscope.pipeline.processor import BoundedBatchSpanProcessor
+from otel_proofscope.setup import configure
 
 #: Slack for wall-clock bounds on a loaded machine (2 CPUs shared by parallel jobs);
 #: well below every failure it must still catch (a 10 s or 30 s hang).

@@ -16,7 +16,7 @@ from otel_proofscope import fields, instrumentation
 from otel_proofscope.integrations.proof_stream.bridge import StreamBridge
 from otel_proofscope.integrations.proof_stream.replay import replay
 from otel_proofscope.integrations.proof_stream.sources import StreamSource
-from otel_proofscope.pipeline.drops import DROPS
+from otel_proofscope.ledger import DROPS
 from otel_proofscope.semconv import Attr, EventName, Metric, SpanName, StreamAttr, StreamEvent
 
 FIXTURE = Path(__file__).parent / "fixtures" / "proof_stream_tiny_mlp.jsonl"

@@ -21,7 +21,7 @@ from otel_proofscope.integrations.proof_stream.decoder import (
     decode_object,
 )
 from otel_proofscope.integrations.proof_stream.stats import SIGNAL, StreamStats
-from otel_proofscope.pipeline.drops import DROPS, REJECTIONS
+from otel_proofscope.ledger import DROPS, REJECTIONS
 
 FIXTURE = Path(__file__).parent / "fixtures" / "proof_stream_tiny_mlp.jsonl"
 

@@ -20,8 +20,8 @@ from otel_proofscope.demo.circuit import build_network
 from otel_proofscope.demo.field import P, m31_matmul
 from otel_proofscope.demo.mle import eq_table
 from otel_proofscope.demo.prover import prove
-from otel_proofscope.demo.runner import DemoOptions, run_demo
 from otel_proofscope.demo.transcript import Transcript
+from otel_proofscope.demo_runner import DemoOptions, run_demo
 from otel_proofscope.instrumentation import ProofTracer
 from otel_proofscope.semconv import Attr, EventName, LayerKind, SpanName
 

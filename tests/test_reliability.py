@@ -70,7 +70,7 @@ MEMORY_CHILD = textwrap.dedent("""
                 pass
         peak = proc.memory_info().rss
     report = t.shutdown()
-    from otel_proofscope.pipeline.drops import DROPS
+    from otel_proofscope.ledger import DROPS
     print(peak - base, DROPS.total(signal="spans", sink="otlp"), flush=True)
 """)
 
@@ -101,8 +101,8 @@ def test_memory_stays_bounded_against_a_dead_collector(tmp_path: Path, rerun: st
 def test_unwritable_rrd_is_reported_counted_and_otlp_continues(
         tmp_path: Path, where: str, in_child: bool, caplog: pytest.LogCaptureFixture,
         capfd: pytest.CaptureFixture[str]) -> None:
-    from otel_proofscope.pipeline.config import configure
-    from otel_proofscope.pipeline.drops import DROPS
+    from otel_proofscope.ledger import DROPS
+    from otel_proofscope.setup import configure
 
     (tmp_path / "file").write_text("not a directory")
     target = (f"file:{tmp_path / 'file' / 'x.rrd'}" if where == "under-a-file"
@@ -139,9 +139,9 @@ def test_metric_log_and_summary_agree_with_ground_truth(
     from metric_helpers import metric_points
     from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-    from otel_proofscope.pipeline.config import configure
-    from otel_proofscope.pipeline.drops import DROPS
+    from otel_proofscope.ledger import DROPS
     from otel_proofscope.semconv import Attr
+    from otel_proofscope.setup import configure
 
     reader = InMemoryMetricReader()
     telemetry = configure(out_dir=tmp_path, rerun="off", set_global=False,

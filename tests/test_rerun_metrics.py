@@ -14,7 +14,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
 from otel_proofscope.instrumentation import ProofTracer
-from otel_proofscope.pipeline.drops import DROPS
+from otel_proofscope.ledger import DROPS
 from otel_proofscope.rerun import readback
 from otel_proofscope.rerun.columns import PROOF_TIME
 from otel_proofscope.rerun.exporter import RerunMetricExporter, RerunSpanExporter
@@ -155,7 +155,7 @@ def test_spans_and_metrics_share_one_recording(tmp_path: Path) -> None:
 
 def test_configure_pipeline_draws_spans_and_metrics(tmp_path: Path) -> None:
     """The lead's configure(): Rerun next to the file sinks, one recording, nothing lost."""
-    from otel_proofscope.pipeline.config import configure
+    from otel_proofscope.setup import configure
 
     out = tmp_path / "live.rrd"
     telemetry = configure(service_name="rerun-test", out_dir=tmp_path / "otlp",

@@ -17,7 +17,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from otel_proofscope.instrumentation import ProofTracer
-from otel_proofscope.pipeline.drops import DROPS
+from otel_proofscope.ledger import DROPS
 from otel_proofscope.rerun import readback
 from otel_proofscope.rerun.exporter import RerunSpanExporter
 from otel_proofscope.rerun.process import (
@@ -83,6 +83,9 @@ def test_metrics_reach_the_same_child_and_recording(tmp_path: Path) -> None:
     metric_exporter = RerunProcessMetricExporter(target)
     try:
         assert span_exporter.worker is metric_exporter.worker  # one child per target
+        # The child's start-up is bounded by the exporters' deadline; on a loaded machine
+        # it can take longer than that, which this test is not about: wait for it.
+        assert span_exporter.worker is not None and span_exporter.worker.ready.wait(60)
         tracer_provider = TracerProvider()
         tracer_provider.add_span_processor(SimpleSpanProcessor(span_exporter))
         reader = InMemoryMetricReader()
@@ -215,8 +218,8 @@ def test_off_target_starts_no_child() -> None:
 def test_configure_routes_spans_and_metrics_through_one_child_where_cores_allow(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path, switch: str | None, cpus: int,
         in_child: bool) -> None:
-    from otel_proofscope.pipeline.config import configure
     from otel_proofscope.rerun import process as rerun_process
+    from otel_proofscope.setup import configure
 
     monkeypatch.setattr(rerun_process, "usable_cpus", lambda: cpus)
     if switch is None:
@@ -239,8 +242,8 @@ def test_configure_routes_spans_and_metrics_through_one_child_where_cores_allow(
 
 def test_configure_argument_wins_over_the_environment(monkeypatch: pytest.MonkeyPatch,
                                                       tmp_path: Path) -> None:
-    from otel_proofscope.pipeline.config import configure
     from otel_proofscope.rerun.exporter import RerunSpanExporter
+    from otel_proofscope.setup import configure
 
     monkeypatch.setenv("PROOFSCOPE_RERUN_PROCESS", "1")
     telemetry = configure(out_dir=tmp_path, rerun=f"file:{tmp_path / 'a.rrd'}",
@@ -274,7 +277,7 @@ def test_forked_worker_counts_its_rerun_spans_and_does_not_hold_up_the_parent(
         tmp_path: Path, in_child: bool) -> None:
     import multiprocessing
 
-    from otel_proofscope.pipeline.config import configure
+    from otel_proofscope.setup import configure
 
     rrd = tmp_path / "fork.rrd"
     telemetry = configure(out_dir=tmp_path, rerun=f"file:{rrd}", rerun_process=in_child,

@@ -19,7 +19,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from otel_proofscope.instrumentation import ProofTracer
-from otel_proofscope.pipeline.drops import DROPS
+from otel_proofscope.ledger import DROPS
 from otel_proofscope.rerun import readback
 from otel_proofscope.rerun import sink as sinks
 from otel_proofscope.rerun.exporter import RerunMetricExporter, RerunSpanExporter

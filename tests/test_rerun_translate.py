@@ -26,7 +26,7 @@ from rerun.chunk import RrdReader
 
 from otel_proofscope import instrumentation
 from otel_proofscope.instrumentation import ActivationStats, CircuitNode, ProofTracer
-from otel_proofscope.pipeline.drops import DROPS
+from otel_proofscope.ledger import DROPS
 from otel_proofscope.rerun import layout, readback
 from otel_proofscope.rerun.columns import LAYER, PROOF_TIME, SUMCHECK_ROUND
 from otel_proofscope.rerun.exporter import RerunSpanExporter

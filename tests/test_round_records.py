@@ -25,11 +25,11 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from otel_proofscope import instrumentation
 from otel_proofscope.instrumentation import ProofTracer
+from otel_proofscope.ledger import DROPS, REJECTIONS
 from otel_proofscope.otlp import deferred_events as deferred_module
 from otel_proofscope.otlp import sdk_fields
 from otel_proofscope.otlp.deferred_events import DeferredEvents
 from otel_proofscope.otlp.encode import encode_export_request as encode_spans_request
-from otel_proofscope.pipeline.drops import DROPS, REJECTIONS
 from otel_proofscope.semconv import Attr, EventName, SpanName
 
 # ── random round calls ───────────────────────────────────────────────────────────────

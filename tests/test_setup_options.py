@@ -12,7 +12,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import otel_proofscope as ps
-from otel_proofscope.pipeline import config as old_config
 from otel_proofscope.setup import Options, configure
 from otel_proofscope.setup.sinks import otlp_timeout_s
 
@@ -30,9 +29,11 @@ def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(name, raising=False)
 
 
-def test_public_api_and_old_path_are_the_same_objects() -> None:
-    assert ps.configure is configure is old_config.configure
-    assert ps.Telemetry is old_config.Telemetry
+def test_public_api_is_the_composition_root() -> None:
+    import otel_proofscope.setup as setup
+
+    assert ps.configure is configure is setup.configure
+    assert ps.Telemetry is setup.Telemetry
 
 
 def test_defaults() -> None:

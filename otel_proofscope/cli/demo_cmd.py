@@ -98,7 +98,7 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from otel_proofscope.cli.outputs import check_outputs, start_fresh
-    from otel_proofscope.demo.runner import BackendUnavailableError, DemoOptions, run_demo
+    from otel_proofscope.demo_runner import BackendUnavailableError, DemoOptions, run_demo
 
     if args.telemetry:
         problem = check_outputs(args.out, args.rerun)

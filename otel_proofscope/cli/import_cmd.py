@@ -70,7 +70,7 @@ LEDGER_SINK = "import"
 
 
 def register(sub: Any) -> None:
-    from otel_proofscope.cli.replay_cmd import add_telemetry_args
+    from otel_proofscope.cli.telemetry_args import add_telemetry_args
 
     p: argparse.ArgumentParser = sub.add_parser(
         "import", help=HELP, description=DESCRIPTION, epilog=EPILOG,
@@ -220,7 +220,7 @@ class Feeder:
 
 
 def run(args: argparse.Namespace) -> int:
-    from otel_proofscope.cli.replay_cmd import start_telemetry
+    from otel_proofscope.cli.telemetry_args import start_telemetry
     from otel_proofscope.integrations.trace_import import chrome
     from otel_proofscope.integrations.trace_import.convert import Converter, send_order
     from otel_proofscope.ledger import DROPS

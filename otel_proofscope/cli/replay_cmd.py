@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 from typing import Any
 
 HELP = "replay a proof-stream JSON file, pipe or WebSocket into spans"
@@ -32,62 +31,14 @@ piped in directly, say so: prover | proofscope replay - --live
 """
 
 
-def add_telemetry_args(p: argparse.ArgumentParser) -> None:
-    """--out / --rerun / --service-name / --flush-timeout, shared with `run`."""
-    from otel_proofscope.cli.demo_cmd import rerun_target
-
-    p.add_argument("--out", metavar="DIR", type=Path, default=Path("proofscope-out"),
-                   help="output directory (default ./proofscope-out)")
-    p.add_argument("--rerun", metavar="TARGET", type=rerun_target, default=None,
-                   help="spawn | file:PATH | rerun+http://HOST:PORT/proxy | off "
-                        "(default file:DIR/proofscope.rrd when rerun-sdk is installed)")
-    p.add_argument("--service-name", metavar="NAME", default=None,
-                   help="service.name of the telemetry (OTEL_SERVICE_NAME wins)")
-    p.add_argument("--flush-timeout", metavar="SECONDS", type=float, default=None,
-                   help="bound on the final flush (default PROOFSCOPE_SHUTDOWN_TIMEOUT "
-                        "or 3 s)")
-
-
-def start_telemetry(args: argparse.Namespace, service_name: str,
-                    handle_sigterm: bool = True, map_rules: Any = None) -> tuple[Any, list[str]]:
-    """configure() from the shared arguments; returns (telemetry, notes).
-
-    ``map_rules``: mapping rules for every span sink (``configure(map=...)``).
-    """
-    import os
-
-    from otel_proofscope.setup import configure
-
-    notes: list[str] = []
-    target = args.rerun
-    if target is None:
-        target = os.environ.get("PROOFSCOPE_RERUN") or f"file:{args.out / 'proofscope.rrd'}"
-    if target != "off":
-        from otel_proofscope.demo.runner import rerun_available
-
-        problem = rerun_available()
-        if problem is not None:
-            if args.rerun is not None:
-                raise SystemExit(f"proofscope: --rerun {target}: {problem}")
-            notes.append(f"no Rerun recording: {problem}")
-            target = "off"
-    from otel_proofscope.cli.outputs import start_fresh
-
-    start_fresh(args.out)  # this run's files only, like its recording
-    telemetry = configure(service_name=args.service_name or service_name, out_dir=args.out,
-                          rerun=target, shutdown_timeout_s=args.flush_timeout,
-                          handle_sigterm=handle_sigterm, set_global=True, map=map_rules)
-    if target != "off":
-        notes.append(f"rerun: {target}")
-    return telemetry, notes
-
-
 def register(sub: Any) -> None:
     p: argparse.ArgumentParser = sub.add_parser(
         "replay", help=HELP, description=DESCRIPTION, epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("source", metavar="FILE|-|ws://HOST:PORT/ws?token=…",
                    help="a JSON-lines file, '-' for stdin, a FIFO, or a WebSocket URL")
+    from otel_proofscope.cli.telemetry_args import add_telemetry_args
+
     add_telemetry_args(p)
     p.add_argument("--system", default="stwo-ml",
                    help="proof.system of the replayed proofs (default stwo-ml)")
@@ -105,6 +56,7 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from otel_proofscope.cli.telemetry_args import start_telemetry
     from otel_proofscope.integrations.proof_stream.bridge import StreamBridge
     from otel_proofscope.integrations.proof_stream.replay import replay
     from otel_proofscope.integrations.proof_stream.sources import SourceError, open_source

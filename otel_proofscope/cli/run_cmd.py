@@ -43,7 +43,7 @@ OTEL_* variables are passed to the child unchanged. Our own summary goes to stde
 
 
 def register(sub: Any) -> None:
-    from otel_proofscope.cli.replay_cmd import add_telemetry_args
+    from otel_proofscope.cli.telemetry_args import add_telemetry_args
 
     p: argparse.ArgumentParser = sub.add_parser(
         "run", help=HELP, description=DESCRIPTION, epilog=EPILOG,
@@ -84,7 +84,7 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from otel_proofscope.cli.replay_cmd import start_telemetry
+    from otel_proofscope.cli.telemetry_args import start_telemetry
     from otel_proofscope.integrations.proof_stream.sources import SourceError
     from otel_proofscope.integrations.run import RunConfig, run_process
 

@@ -14,15 +14,33 @@ circuit computes is exactly the integer the quantized network computes.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
 from otel_proofscope.demo.field import P, U64Array
 from otel_proofscope.semconv import LayerKind
 
-if TYPE_CHECKING:
-    from otel_proofscope.demo.circuit import Network
+
+class Layer(Protocol):
+    """What the interval proof reads of a layer (circuit.LayerSpec has it): the
+    circuit builds on this module, so this module names no type of the circuit's."""
+
+    @property
+    def index(self) -> int: ...
+    @property
+    def kind(self) -> LayerKind: ...
+    @property
+    def weight(self) -> U64Array | None: ...
+
+
+class Network(Protocol):
+    """What the interval proof reads of a network (circuit.Network has it)."""
+
+    @property
+    def input(self) -> U64Array: ...
+    @property
+    def layers(self) -> Sequence[Layer]: ...
 
 #: Largest magnitude whose M31 representative is unambiguous: |v| ≤ (p − 1) / 2.
 LIMIT = P // 2

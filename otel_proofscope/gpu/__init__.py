@@ -21,14 +21,12 @@ from otel_proofscope.gpu.backend import (
 )
 from otel_proofscope.gpu.census import take_census
 from otel_proofscope.gpu.dispatch import Dispatch, GpuRuntime
-from otel_proofscope.gpu.evidence import CLAIMS, EVIDENCE_DEDUP, ClaimSet, EvidenceDedup
+from otel_proofscope.gpu.evidence import EVIDENCE_DEDUP, EvidenceDedup
 from otel_proofscope.gpu.sampler import Sampler, start_sampler
 
 __all__ = [
-    "CLAIMS",
     "EVIDENCE_DEDUP",
     "BackendUnavailable",
-    "ClaimSet",
     "DeviceIdentity",
     "DeviceSample",
     "Dispatch",

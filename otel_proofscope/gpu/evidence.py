@@ -34,7 +34,6 @@ _log = logging.getLogger("otel_proofscope.gpu")
 #: Upper bound on retained dedup keys. A runtime records one identity slot plus at
 #: most one slot per capability (12), so 1024 covers ~78 fully reported runtimes.
 MAX_EVIDENCE_KEYS = 1024
-MAX_RECORDED_CLAIMS = MAX_EVIDENCE_KEYS  # the name before "claim" meant only sumcheck
 
 IDENTITY_SLOT = "identity"
 
@@ -92,12 +91,8 @@ class EvidenceDedup:
     claim = first  # the name before "claim" meant only the sumcheck claim
 
 
-#: The old name of :class:`EvidenceDedup`.
-ClaimSet = EvidenceDedup
-
-#: The process-wide dedup set (``CLAIMS`` is its old name).
+#: The process-wide dedup set.
 EVIDENCE_DEDUP = EvidenceDedup()
-CLAIMS = EVIDENCE_DEDUP
 
 _runtime_ids = itertools.count(1)
 

@@ -33,7 +33,7 @@ from otel_proofscope.otlp.encode import encode_export_request
 from otel_proofscope.pipeline.invalid_spans import count_invalid
 from otel_proofscope.semconv import DropReason
 
-__all__ = ["FastOTLPSpanExporter", "encode_export_request"]
+__all__ = ["FastOTLPSpanExporter"]
 
 _log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ import signal
 import threading
 from collections.abc import Callable
 
-_log = logging.getLogger("otel_proofscope.pipeline.config")
+_log = logging.getLogger("otel_proofscope.setup")
 
 
 def _terminate(signum: int, _frame: object) -> None:

@@ -66,7 +66,6 @@ DEFAULT_PORT = 9876
 APP_ID = "otel_proofscope"
 #: The ``proofscope.sink`` label of Rerun's entries in the drop ledger (not a RerunSink).
 LEDGER_SINK = SINK_RERUN
-SINK = LEDGER_SINK  # the old name
 #: Signal under which contract spans the 3D walk could not use are counted (the trace
 #: view still draws them; what it cannot draw is counted under ``spans``).
 WALK_SIGNAL = "proof_walk_spans"

@@ -18,10 +18,7 @@ from __future__ import annotations
 import threading
 
 from otel_proofscope.ledger import DropLedger
-
-#: The ledger's ``proofscope.sink`` label for Rerun (``rerun.sink.LEDGER_SINK``; not
-#: imported from there, which would load the Rerun SDK for a summary line).
-SINK = "rerun"
+from otel_proofscope.semconv import SINK_RERUN
 
 
 class DrawTally:
@@ -52,7 +49,7 @@ class DrawTally:
             drawn, orphans, late = self.drawn, self.orphans, self.late
         lost: dict[str, int] = {}
         for key, n in ledger.snapshot().items():
-            if key.signal == "spans" and key.sink == SINK:
+            if key.signal == "spans" and key.sink == SINK_RERUN:
                 lost[key.reason] = lost.get(key.reason, 0) + n
         line = f"rerun: drawn {drawn} span{'s' if drawn != 1 else ''}"
         notes = []

@@ -9,10 +9,10 @@ import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from otel_proofscope import instrumentation
-from otel_proofscope.pipeline.config import configure
-from otel_proofscope.pipeline.drops import DROPS
+from otel_proofscope.ledger import DROPS
 from otel_proofscope.pipeline.privacy import local
 from otel_proofscope.semconv import Attr, EventName, SpanName
+from otel_proofscope.setup import configure
 
 pytestmark = pytest.mark.chaos
 

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from otel_proofscope import instrumentation
 from otel_proofscope.instrumentation import ActivationStats
-from otel_proofscope.pipeline.drops import REJECTIONS
+from otel_proofscope.ledger import REJECTIONS
 from otel_proofscope.semconv import Attr, EventName
 
 pytestmark = pytest.mark.chaos

@@ -9,7 +9,7 @@ import pytest
 from opentelemetry.sdk.trace import ReadableSpan
 from test_rerun_sink import spans
 
-from otel_proofscope.pipeline.drops import DROPS
+from otel_proofscope.ledger import DROPS
 from otel_proofscope.rerun import readback
 from otel_proofscope.rerun.sink import WALK_SIGNAL, RerunSink, parse_target
 

@@ -19,7 +19,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, Sp
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from otel_proofscope.integrations.otlp_receiver import OtlpReceiver
-from otel_proofscope.pipeline.drops import DROPS
+from otel_proofscope.ledger import DROPS
 
 pytestmark = pytest.mark.chaos
 

@@ -16,7 +16,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
 
 from otel_proofscope.integrations.otlp_receiver import OtlpReceiver
-from otel_proofscope.pipeline.drops import DROPS
+from otel_proofscope.ledger import DROPS
 
 pytestmark = pytest.mark.chaos
 

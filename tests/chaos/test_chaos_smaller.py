@@ -19,11 +19,11 @@ from otel_proofscope import semconv
 from otel_proofscope.cli.serve_cmd import _shown
 from otel_proofscope.integrations.otlp_receiver import OtlpReceiver
 from otel_proofscope.integrations.otlp_receiver.core import Ingest
-from otel_proofscope.pipeline.config import configure
+from otel_proofscope.ledger import DROPS
 from otel_proofscope.pipeline.deadline import parse_timeout
-from otel_proofscope.pipeline.drops import DROPS
 from otel_proofscope.pipeline.privacy import strip_witness
 from otel_proofscope.pipeline.processor import BoundedBatchSpanProcessor
+from otel_proofscope.setup import configure
 
 pytestmark = pytest.mark.chaos
 

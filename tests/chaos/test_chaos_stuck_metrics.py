@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from chaos.faults import silent_listener
-from otel_proofscope.pipeline.config import Telemetry, configure
-from otel_proofscope.pipeline.drops import DROPS
+from otel_proofscope.ledger import DROPS
 from otel_proofscope.rerun.sink import RerunSink
+from otel_proofscope.setup import Telemetry, configure
 
 pytestmark = pytest.mark.chaos
 

@@ -13,8 +13,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from otel_proofscope import semconv
 from otel_proofscope.instrumentation import ActivationStats
 from otel_proofscope.integrations.otlp_receiver import OtlpReceiver
-from otel_proofscope.pipeline.config import configure
 from otel_proofscope.pipeline.privacy import local
+from otel_proofscope.setup import configure
 
 pytestmark = pytest.mark.chaos
 

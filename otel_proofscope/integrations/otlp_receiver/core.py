@@ -34,7 +34,6 @@ _log = logging.getLogger("otel_proofscope.serve")
 
 #: The ``proofscope.sink`` label of this receiver's entries in the drop ledger.
 LEDGER_SINK = "otlp_receiver"
-SINK = LEDGER_SINK  # the old name
 #: Prefix of the :meth:`Ingest.stats` keys for what senders declared dropped.
 SENDER_DROPPED = "sender_dropped."
 #: Drop reason for a request without the right bearer token (not yet in semconv.DropReason).
