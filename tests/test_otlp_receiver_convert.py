@@ -38,7 +38,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 
 from otel_proofscope.instrumentation import ProofTracer
-from otel_proofscope.integrations.otlp_receiver import codec, convert
+from otel_proofscope.integrations.otlp_receiver import codec
+from otel_proofscope.otlp import decode as convert
 from otel_proofscope.semconv import Attr, EventName, SpanName
 
 

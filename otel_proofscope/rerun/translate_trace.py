@@ -11,7 +11,9 @@ otherwise see nothing. This view draws *every* span, contract or not::
                                         x = time since the lane's earliest start, the lane
                                         FLAME_WIDTH wide; y = the lane's row + depth
     trace/logs/{service}/{trace}        TextLog: one row per span end (duration, status,
-                                        attributes), one per span event, at their times
+                                        attributes, its events summarized: count, first,
+                                        last); a log line or exception event is a row
+                                        of its own at its time
     trace/durations/{service}/{name}    Scalars: the duration (ms) of every span of that
                                         name, so a phase repeated N times is a plot
 
@@ -100,6 +102,8 @@ MAX_SERIES = 1024
 #: Attributes shown per span, characters per text row.
 MAX_ATTRS = 24
 MAX_TEXT = 500
+#: Length of the first and the last event in a span row's event summary.
+MAX_EVENT_TEXT = 160
 #: Outline width of the boxes, in UI points (a negative radius in Rerun).
 OUTLINE = -1.5
 #: Cross-trace links remembered (root → the span it hangs under); cleared when full.
@@ -153,6 +157,18 @@ def wait_s_from_env() -> float:
 
 def _clip(text: str) -> str:
     return text if len(text) <= MAX_TEXT else text[:MAX_TEXT] + "…"
+
+
+def _event_text(fields: Any) -> str:
+    """``name (k=v …)`` of one event's fields, its attributes capped like a row's."""
+    name, attrs = fields[0], fields[2]
+    if type(name) is not str:
+        name = str(name or "")
+    if type(attrs) is not dict:
+        attrs = _mapping(attrs)
+    text = format_attrs(attrs)
+    text = f"{name} ({text})" if text else name
+    return text if len(text) <= MAX_EVENT_TEXT else text[:MAX_EVENT_TEXT - 2] + "…)"
 
 
 def _value(v: object) -> str:
@@ -840,44 +856,15 @@ class TraceTranslator:
             text += f" ({rec.status_message})"
         if attrs:
             text += " · " + attrs
-        frame.text(logs, rec.end, _clip(text), "ERROR" if rec.error else "INFO")
-        times: list[int] = []
-        bodies: list[str] = []
-        levels: list[str] = []
-        head = f"{rec.name} › "
-        end = rec.end
         try:  # the SDK's own events (every received or recorded one): one read each
-            fields = events_fields(rec.events)
+            fields = events_fields(rec.events) if rec.events else []
         except Exception:  # a hostile object: read it defensively, field by field
             fields = [(getattr(ev, "name", ""), getattr(ev, "timestamp", None), _attrs(ev), 0)
                       for ev in rec.events]
-        log_name = _LOG_EVENT
-        add_time, add_body, add_level = times.append, bodies.append, levels.append
-        for name, t, ea, _ in fields:  # one row per event: the trace view's hot loop
-            if type(name) is not str:
-                name = str(name or "")
-            if type(ea) is not dict:
-                ea = _mapping(ea)
-            if type(t) is not int or t <= 0:
-                t = end
-            level = "INFO"
-            body = head + name
-            if name == log_name:
-                message = ea.get(Attr.LOG_MESSAGE)
-                if isinstance(message, str):
-                    # A bridged log line (EZKL's Rust logs, proof-stream Log): its own level.
-                    level = _LEVELS.get(str(ea.get(Attr.LOG_LEVEL, "")).upper(), "INFO")
-                    ea = {k: v for k, v in ea.items() if k not in (Attr.LOG_MESSAGE,
-                                                                   Attr.LOG_LEVEL)}
-                    body = head + message
-            elif name == "exception":
-                level = "ERROR"
-            if ea:
-                body += " · " + format_attrs(ea)
-            add_time(t)
-            add_body(body if len(body) <= MAX_TEXT else body[:MAX_TEXT] + "…")
-            add_level(level)
-        frame.texts(logs, times, bodies, levels)
+        text = _clip(text)
+        if fields:  # its own cap: a long span row never cuts the events' summary off
+            text += self._events_rows(rec, fields, logs, frame)
+        frame.text(logs, rec.end, text, "ERROR" if rec.error else "INFO")
         series = f"{DURATIONS}/{svc}/{part(rec.name)}"
         if series not in self._series:
             if len(self._series) >= MAX_SERIES:
@@ -892,6 +879,56 @@ class TraceTranslator:
                 else f"other span names, beyond {MAX_SERIES} series (ms)"
             frame.static(series, rr.SeriesLines(names=[_clip(title)]))
         frame.scalar(series, rec.end, rec.duration / 1e6)
+
+    def _events_rows(self, rec: Rec, fields: Sequence[Any], logs: str,
+                     frame: Frame) -> str:
+        """The span's events in its log: a log line or an exception is a row of its own
+        (its own time and level); the rest, a prover's rounds, checkpoints and the like,
+        are summarized on the span's row (how many, the first and the last). The rounds
+        are already drawn whole in the walk and its series; a row per round made the log
+        the trace view's main cost (decision 3 of issue 29). Returns the summary."""
+        times: list[int] = []
+        bodies: list[str] = []
+        levels: list[str] = []
+        head = f"{rec.name} › "
+        end = rec.end
+        log_name = _LOG_EVENT
+        first: Any = None
+        last: Any = None
+        summarized = 0
+        for item in fields:
+            name = item[0]
+            if name != log_name and name != "exception":  # the hot path: a round
+                if first is None:
+                    first = item
+                last = item
+                summarized += 1
+                continue
+            t, ea = item[1], item[2]
+            if type(ea) is not dict:
+                ea = _mapping(ea)
+            level = "ERROR" if name == "exception" else "INFO"
+            body = head + name
+            message = ea.get(Attr.LOG_MESSAGE) if name == log_name else None
+            if isinstance(message, str):
+                # A bridged log line (EZKL's Rust logs, proof-stream Log): its own level.
+                level = _LEVELS.get(str(ea.get(Attr.LOG_LEVEL, "")).upper(), "INFO")
+                ea = {k: v for k, v in ea.items() if k not in (Attr.LOG_MESSAGE,
+                                                               Attr.LOG_LEVEL)}
+                body = head + message
+            if ea:
+                body += " · " + format_attrs(ea)
+            times.append(t if type(t) is int and t > 0 else end)
+            bodies.append(body if len(body) <= MAX_TEXT else body[:MAX_TEXT] + "…")
+            levels.append(level)
+        if times:
+            frame.texts(logs, times, bodies, levels)
+        if not summarized:
+            return ""
+        if summarized == 1:
+            return f" · 1 event: {_event_text(first)}"
+        return (f" · {summarized} events, first: {_event_text(first)}; "
+                f"last: {_event_text(last)}")
 
     def _emit(self, frame: Frame, issues: TraceIssues) -> None:
         boxes: dict[str, _Boxes] = {}
