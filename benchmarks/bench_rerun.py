@@ -144,7 +144,8 @@ def naive(spans: Sequence[ReadableSpan], rec: rr.RecordingStream) -> None:
 
 def naive_trace(spans: Sequence[ReadableSpan], rec: rr.RecordingStream) -> None:
     """The trace view the columnar sink also draws, the seed's way: one ``rr.log`` per
-    flame box, per span-end and per event log row, and per duration point."""
+    flame box, per span log row (one per span, its events summarized, a log line or an
+    exception a row of its own), and per duration point."""
     depth: dict[int, int] = {}
     origin: dict[int, tuple[int, float]] = {}
     by_id = {s.context.span_id: s for s in spans if s.context}
@@ -174,14 +175,22 @@ def naive_trace(spans: Sequence[ReadableSpan], rec: rr.RecordingStream) -> None:
             centers=[[(start - t0) * scale + half, float(level_of(span))]],
             half_sizes=[[half, 0.25]], colors=[0x429BF5FF],
             labels=[f"{span.name} {ms:.2f} ms"]))
+        # The span log as the sink writes it: one row per span, its events summarized
+        # (count, first, last); a log line or an exception is a row of its own.
+        summary = ""
+        rounds = [ev for ev in span.events if ev.name not in (EventName.LOG, "exception")]
+        for ev in span.events:
+            if ev.name in (EventName.LOG, "exception"):
+                at("proof_time", timestamp=ev.timestamp / 1e9)
+                rec.log(f"trace/logs/svc/{key}", rr.TextLog(
+                    f"{span.name} › {ev.name} · {kv(ev.attributes)}"))
+        if rounds:
+            first, last = rounds[0], rounds[-1]
+            summary = (f" · {len(rounds)} events, first: {first.name} "
+                       f"({kv(first.attributes)}); last: {last.name} ({kv(last.attributes)})")
         at("proof_time", timestamp=end / 1e9)
         rec.log(f"trace/logs/svc/{key}", rr.TextLog(
-            f"{span.name} {ms:.2f} ms · {kv(span.attributes)}"))
-        for ev in span.events:
-            at("proof_time", timestamp=ev.timestamp / 1e9)
-            rec.log(f"trace/logs/svc/{key}", rr.TextLog(
-                f"{span.name} › {ev.name} · {kv(ev.attributes)}"))
-        at("proof_time", timestamp=end / 1e9)
+            f"{span.name} {ms:.2f} ms · {kv(span.attributes)}{summary}"))
         rec.log(f"trace/durations/svc/{span.name}", rr.Scalars(ms))
 
 
