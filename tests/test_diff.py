@@ -379,6 +379,26 @@ def test_markdown_escapes_foreign_names() -> None:
     assert "`span a\\|b'c`" in md
 
 
+def test_compact_markdown_fits_the_rerun_panel() -> None:
+    from otel_proofscope.diff.render import markdown
+
+    base, cand = TraceFile("b"), TraceFile("c")
+    for i in range(6):
+        base.spans.append(SpanRecord(i + 1, 1, None, "prove", i * 100, i * 100 + 10))
+        cand.spans.append(SpanRecord(i + 1, 1, None, "prove", i * 100, i * 100 + 30))
+    report = rep.build(base, cand)
+    full = [line for line in markdown(report).splitlines() if line.startswith("|")]
+    compact = [line for line in markdown(report, compact=True).splitlines()
+               if line.startswith("|")]
+    assert "p90 base" in full[0] and "p90" not in compact[0]
+    assert "n base/cand" not in compact[0]
+    assert "median base → cand" in compact[0]
+    # one row per group in both, every row as wide as its header
+    assert len(full) == len(compact) >= 3
+    assert {line.count(" | ") for line in compact[2:]} == {compact[0].count(" | ")}
+    assert compact[0].count(" | ") == full[0].count(" | ") - 4
+
+
 # ── statistics: properties ───────────────────────────────────────────────────────────
 
 

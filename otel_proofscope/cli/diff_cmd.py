@@ -164,7 +164,7 @@ def _draw(target: str, result: Any) -> None:
                                "candidate": result.candidate.samples.proofs},
                               result.base.samples.contract)
     try:
-        where = rerun_view.write(target, views, render.markdown(result, emoji=False))
+        where = rerun_view.write(target, views, render.markdown(result, emoji=False, compact=True))
     except Exception as exc:  # a viewer that is gone must not hide the verdict
         print(f"proofscope diff: warning: Rerun output failed ({target}): {exc!r}",
               file=sys.stderr)

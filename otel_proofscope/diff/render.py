@@ -133,9 +133,17 @@ _MARK = {Verdict.SLOWER: "🔴 slower", Verdict.FASTER: "🟢 faster",
          Verdict.UNCHANGED: "unchanged", Verdict.TOO_FEW: "too few samples"}
 
 
-def markdown(report: Report, *, emoji: bool = True) -> str:
+def _compact(cells: list[str]) -> list[str]:
+    """verdict, group, median base → cand, Δ median, the judged change, p: what fits a
+    half-screen panel (Rerun's diff view at 1280 px) without scrolling sideways."""
+    return [cells[0], cells[1], f"{cells[3]} → {cells[4]}", *cells[7:]]
+
+
+def markdown(report: Report, *, emoji: bool = True, compact: bool = False) -> str:
     """The report for ``$GITHUB_STEP_SUMMARY``; ``emoji=False`` for renderers without
-    emoji glyphs (Rerun's viewer refuses to draw a text it has no glyph for)."""
+    emoji glyphs (Rerun's viewer refuses to draw a text it has no glyph for);
+    ``compact`` leaves the sample counts and p90s out (the text and JSON reports and
+    the CLI keep them) so the table fits the Rerun panel."""
     icon = ("❌ " if report.slower else "✅ ") if emoji else ""
     lines = [f"### {icon}proofscope diff: {headline(report)}", "",
              _inputs(report) + "; " + drift_line(report), ""]
@@ -145,7 +153,10 @@ def markdown(report: Report, *, emoji: bool = True) -> str:
     if not report.rows:
         lines.append("No spans to compare.")
         return "\n".join(lines) + "\n"
-    columns = _columns(report)
+    columns = list(_columns(report))
+    if compact:
+        columns = _compact(columns)
+        columns[2] = "median base → cand"
     lines.append("| " + " | ".join(columns) + " |")
     lines.append("|" + "|".join(["---", "---"] + ["---:"] * (len(columns) - 2)) + "|")
     for row in report.rows:
@@ -155,6 +166,8 @@ def markdown(report: Report, *, emoji: bool = True) -> str:
         if row.verdict is Verdict.SLOWER:  # the change that was judged
             judged = 8 if report.drift.applied else 7
             cells[judged] = f"**{cells[judged]}**"
+        if compact:
+            cells = _compact(cells)
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
