@@ -48,8 +48,8 @@ def _body(k: int) -> bytes:
 
 def _rss() -> int:
     """Resident memory the process holds, after glibc has returned what it caches of
-    freed memory (more of it under load, with threads in several malloc arenas: 350 MB
-    untrimmed against ~230 trimmed with two CPU hogs); the bound is on what is kept."""
+    freed memory (with two CPU hogs one run read 252 MB before the trim, 231 after; a
+    failing run read 278 -> 350 MB untrimmed); the bound is on what is kept."""
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL("libc.so.6").malloc_trim(0)
     for line in Path("/proc/self/status").read_text().splitlines():
