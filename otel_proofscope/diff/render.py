@@ -133,10 +133,12 @@ _MARK = {Verdict.SLOWER: "🔴 slower", Verdict.FASTER: "🟢 faster",
          Verdict.UNCHANGED: "unchanged", Verdict.TOO_FEW: "too few samples"}
 
 
-def _compact(cells: list[str]) -> list[str]:
-    """verdict, group, median base → cand, Δ median, the judged change, p: what fits a
-    half-screen panel (Rerun's diff view at 1280 px) without scrolling sideways."""
-    return [cells[0], cells[1], f"{cells[3]} → {cells[4]}", *cells[7:]]
+def _compact(cells: list[str], report: Report) -> list[str]:
+    """verdict, group, median base → cand, the judged change (Δ median, or Δ beyond the
+    run-wide change when that applies), its CI, p: what fits Rerun's diff panel at
+    1280 px without scrolling sideways."""
+    judged = cells[8:] if report.drift.applied else cells[7:]
+    return [cells[0], cells[1], f"{cells[3]} → {cells[4]}", *judged]
 
 
 def markdown(report: Report, *, emoji: bool = True, compact: bool = False) -> str:
@@ -155,7 +157,7 @@ def markdown(report: Report, *, emoji: bool = True, compact: bool = False) -> st
         return "\n".join(lines) + "\n"
     columns = list(_columns(report))
     if compact:
-        columns = _compact(columns)
+        columns = _compact(columns, report)
         columns[2] = "median base → cand"
     lines.append("| " + " | ".join(columns) + " |")
     lines.append("|" + "|".join(["---", "---"] + ["---:"] * (len(columns) - 2)) + "|")
@@ -167,7 +169,7 @@ def markdown(report: Report, *, emoji: bool = True, compact: bool = False) -> st
             judged = 8 if report.drift.applied else 7
             cells[judged] = f"**{cells[judged]}**"
         if compact:
-            cells = _compact(cells)
+            cells = _compact(cells, report)
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 

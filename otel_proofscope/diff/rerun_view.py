@@ -184,7 +184,8 @@ def diff_blueprint() -> rrb.Blueprint:
                         end=rrb.TimeRangeBoundary.cursor_relative())]),
                 row_shares=[2, 3]),
             rrb.TextDocumentView(name="Diff", origin="/diff/summary"),
-            column_shares=[1, 1]),
+            # The table is the verdict: room for its columns at 1280 px without scrolling.
+            column_shares=[2, 3]),
         *panels())
 
 
