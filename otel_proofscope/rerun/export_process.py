@@ -1,5 +1,17 @@
 """Pack once, export out of process: OTLP and the Rerun view in one child process.
 
+The one route by which :func:`~otel_proofscope.setup.configure` draws Rerun (issue 29):
+whenever a Rerun target is on, the spans' Rerun sink and, with them, the OTLP span
+export run here, and a Rerun metric exporter of the same target shares the child (one
+recording). The child starts inside ``configure()``, so its start-up (imports of rerun
+and grpc, ~0.5-1 s of CPU) overlaps the prover's own work; ``shutdown()`` waits for it
+within its bound, as for any sink. OTLP-only runs keep the in-thread fast exporter
+unless ``configure(export_process=True)`` / ``PROOFSCOPE_EXPORT_PROCESS=1`` moves them
+here too; ``export_process=False`` / ``=0`` keeps OTLP in the prover's process while
+Rerun still draws here. The in-process :class:`~otel_proofscope.rerun.exporter.
+RerunSpanExporter` stays for the ``OTEL_TRACES_EXPORTER=rerun`` SDK entry point and
+explicit use (``configure(span_exporters=...)``).
+
 Why: through the GIL, every export thread in the prover's process adds to the prover
 thread's wall time. Measured per prover span on 2 CPUs: the fast OTLP encoder and gRPC
 send ~18 µs, the Rerun child route's packing ~6 µs, against a ~65 µs prover span; the
@@ -8,10 +20,6 @@ With this route the prover's process pays one packing per span
 (:func:`~otel_proofscope.rerun.span_wire.pack_spans_full`, the full record) and a pipe
 write; :mod:`otel_proofscope.rerun.export_worker` encodes and sends OTLP and translates
 for Rerun.
-
-Opt-in (``configure(export_process=True)`` or ``PROOFSCOPE_EXPORT_PROCESS=1``): the
-child's start-up (imports of rerun and grpc, ~0.5-1 s of CPU) competes with a short
-proof where cores are scarce.
 
 Accounting: one span processor in the parent serves both sinks
 (:class:`~otel_proofscope.pipeline.multi_sink.MultiSinkBatchSpanProcessor`); a span it
@@ -47,7 +55,7 @@ from otel_proofscope.otlp.sdk_fields import event_count
 from otel_proofscope.pipeline.forking import after_fork_in_child
 from otel_proofscope.pipeline.privacy import WitnessFilter, strip_witness
 from otel_proofscope.rerun import process
-from otel_proofscope.rerun.exporter import RerunSpanExporterBase
+from otel_proofscope.rerun.exporter import RerunMetricExporterBase, RerunSpanExporterBase
 from otel_proofscope.rerun.process import (
     DEFAULT_QUEUE_BYTES,
     Counts,
@@ -65,12 +73,17 @@ OTLP_SINK = "otlp"
 PROTOCOLS = ("grpc", "http/protobuf")
 
 
-def enabled(explicit: bool | None = None) -> bool:
-    """``explicit`` if given, else ``PROOFSCOPE_EXPORT_PROCESS`` (``1`` / ``0``); off by
-    default until measured on more machines (benchmarks/README)."""
+def switch(explicit: bool | None = None) -> bool | None:
+    """``explicit`` if given, else ``PROOFSCOPE_EXPORT_PROCESS`` (``1`` / ``0``), else
+    None: the default, OTLP spans in the child exactly when it draws Rerun anyway."""
     if explicit is not None:
         return explicit
-    return os.environ.get(ENV_SWITCH, "").strip().lower() in ("1", "true", "yes", "on")
+    raw = os.environ.get(ENV_SWITCH, "").strip().lower()
+    if raw in ("1", "true", "yes", "on"):
+        return True
+    if raw in ("0", "false", "no", "off"):
+        return False
+    return None
 
 
 @dataclass(frozen=True)
@@ -238,3 +251,16 @@ class ExportProcessSpanExporter(RerunSpanExporterBase):
                     protocol=self.config.otlp_protocol, timeout=self.config.otlp_timeout_s,
                     sink=OTLP_SINK)
             return self._fork_exporter
+
+
+class ExportProcessMetricExporter(RerunMetricExporterBase):
+    """Metrics to the Rerun view drawn by the export process of ``config`` (the child
+    the span exporter of the same target started, else one of its own): spans and
+    metrics of a target land in one recording."""
+
+    def __init__(self, config: ExportConfig, *, queue_bytes: int | None = None,
+                 shutdown_timeout_s: float | None = None) -> None:
+        self.config = config
+        self.worker = acquire(config, queue_bytes)
+        super().__init__(parse_target(config.rerun_target), WorkerBackend(self.worker),
+                         None, None, shutdown_timeout_s)

@@ -1,13 +1,23 @@
-"""Rerun exporters that translate in a child process (``configure()``'s default on 4+ CPUs).
+"""The worker-process machinery behind the export process, and Rerun exporters that
+translate in a Rerun-only child.
 
-Why: the Rerun translation (~60 µs of Python per span, plus Rerun's own encoding) in a
-thread of the prover's process competes for the prover's GIL (the full pipeline measured
-1.75-1.94x the discarding baseline). Here the prover's process only packs spans into
-compact marshal frames (:mod:`otel_proofscope.rerun.span_wire`, ~6 µs per span) and
-hands them to a writer thread; the child (:mod:`otel_proofscope.rerun.worker`) unpacks
-them (~11 µs per span) and feeds the same :class:`~otel_proofscope.rerun.sink.RerunSink`
-the in-process exporters use. Metrics, a few points per second, travel as OTLP. A span and a
-metric exporter with the same target share one child, so both land in one recording.
+:class:`RerunWorker` (a child, its bounded byte queue, writer and reader threads and
+their accounting) is the base of the export process's worker
+(:mod:`otel_proofscope.rerun.export_process`), the one route by which ``configure()``
+draws Rerun (issue 29). :class:`RerunProcessSpanExporter` /
+:class:`RerunProcessMetricExporter` (a Rerun-only child running
+:mod:`otel_proofscope.rerun.worker`) are no longer a ``configure()`` route
+(``PROOFSCOPE_RERUN_PROCESS`` is retired); they stay for explicit use and benchmarks.
+
+Why a child at all: the Rerun translation (~60 µs of Python per span, plus Rerun's own
+encoding) in a thread of the prover's process competes for the prover's GIL (the full
+pipeline measured 1.75-1.94x the discarding baseline). Here the prover's process only
+packs spans into compact marshal frames (:mod:`otel_proofscope.rerun.span_wire`, ~6 µs
+per span) and hands them to a writer thread; the child
+(:mod:`otel_proofscope.rerun.worker`) unpacks them (~11 µs per span) and feeds the same
+:class:`~otel_proofscope.rerun.sink.RerunSink` the in-process exporters use. Metrics, a
+few points per second, travel as OTLP. A span and a metric exporter with the same target
+share one child, so both land in one recording.
 
 Wire format on the child's stdin: frames of ``HEADER`` (kind, item count, span events or
 a timeout, payload length) followed by the payload. On its stdout the child answers JSON
@@ -61,7 +71,6 @@ from otel_proofscope.semconv import DropReason
 
 _log = logging.getLogger(__name__)
 
-ENV_SWITCH = "PROOFSCOPE_RERUN_PROCESS"
 ENV_TIMEOUT = "PROOFSCOPE_SHUTDOWN_TIMEOUT"
 
 #: kind (u8), items (u32), span events or flush timeout ms (u32), payload bytes (u32)
@@ -102,36 +111,6 @@ class Counts:
         self.spans -= other.spans
         self.span_events -= other.span_events
         self.metric_points -= other.metric_points
-
-
-#: Usable CPUs from which ``configure()`` translates in a child by default.
-AUTO_MIN_CPUS = 4
-
-
-def usable_cpus() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # not on Linux
-        return os.cpu_count() or 1
-
-
-def enabled(explicit: bool | None = None) -> bool:
-    """Whether :func:`~otel_proofscope.setup.configure` translates in a child.
-
-    ``explicit`` if given, else ``PROOFSCOPE_RERUN_PROCESS`` (``1`` / ``0``), else
-    automatic: a child where at least ``AUTO_MIN_CPUS`` CPUs are usable. There the
-    child's start-up (~1 s of imports) and its translation run on otherwise idle cores;
-    with fewer they compete with the prover and its export threads for the CPU, which
-    costs a short proof more than the GIL contention the child saves (benchmarks/README).
-    """
-    if explicit is not None:
-        return explicit
-    raw = os.environ.get(ENV_SWITCH, "").strip().lower()
-    if raw in ("0", "false", "no", "off"):
-        return False
-    if raw in ("1", "true", "yes", "on"):
-        return True
-    return usable_cpus() >= AUTO_MIN_CPUS
 
 
 def _lose(ledger: DropLedger, counts: Counts, reason: str,
