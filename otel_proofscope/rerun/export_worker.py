@@ -356,6 +356,8 @@ class ExportWorker(Worker):
             drops = self.ledger.snapshot()
             self._rerun_settled = Counts(**self.received.as_dict())
             self._rerun_drops = {k: n for k, n in drops.items() if k.sink != OTLP_SINK}
+            # Left out under a display cap (not lost): the parent's exit report says so.
+            self._rerun_drops.update(self.ledger.not_drawn())
 
     def _make_room(self, n: int) -> None:
         # With OTLP here, the frame loop never waits for the Rerun sink: a slow view

@@ -250,28 +250,19 @@ class RerunWorker:
         return result[0]
 
     def close(self, timeout_s: float) -> None:
-        """Let the child draw what is queued within ``timeout_s``, then kill it."""
+        """Let the child draw what is queued within ``timeout_s``, then kill it.
+
+        A second call (the exit's last close while a metric exporter's release, on a
+        reader thread, is still closing) waits as the first does, within its own
+        ``timeout_s``: returning at once let the report be made while the first call
+        was still about to count the child's losses (a metric sink that hung)."""
         deadline = time.monotonic() + max(timeout_s, 0.0)
         if self._forked:
             return  # the process and threads belong to the parent
         with self._cond:
-            if self._closing:
-                return
-            self._closing = True
-            if self.close_hint:
-                # Ahead of the frames still queued: the child learns its deadline now,
-                # not after unpacking them (measured: 8-10 MB queued at the close, read
-                # 1.1-1.4 s later, the child then overran the bound half the time). It
-                # keeps a fifth of the time, at most 0.25 s, for its final report to
-                # reach us (a line of JSON; a late-started child needs the rest).
-                bound = max(timeout_s, 0.0)
-                share = bound - min(0.2 * bound, 0.25)
-                ms = max(1, min(int(share * 1000), 0xFFFFFFFF))
-                by = CLOSE_DEADLINE.pack(time.monotonic() + share)
-                self._queue.appendleft(_Frame(
-                    HEADER.pack(CLOSE, 0, ms, CLOSE_DEADLINE.size) + by, Counts()))
-            self._queue.append(None)
-            self._cond.notify()
+            if not self._closing:
+                self._closing = True
+                self._send_close(timeout_s)
         self._reader.join(max(0.0, deadline - time.monotonic()))
         if self._reader.is_alive() or self.proc.poll() is None:
             with self._cond:
@@ -281,6 +272,24 @@ class RerunWorker:
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(2.0)
         self._writer.join(2.0)
+
+    def _send_close(self, timeout_s: float) -> None:
+        """The end of the stream (and with ``close_hint`` the child's deadline first);
+        under ``self._cond``."""
+        if self.close_hint:
+            # Ahead of the frames still queued: the child learns its deadline now,
+            # not after unpacking them (measured: 8-10 MB queued at the close, read
+            # 1.1-1.4 s later, the child then overran the bound half the time). It
+            # keeps a fifth of the time, at most 0.25 s, for its final report to
+            # reach us (a line of JSON; a late-started child needs the rest).
+            bound = max(timeout_s, 0.0)
+            share = bound - min(0.2 * bound, 0.25)
+            ms = max(1, min(int(share * 1000), 0xFFFFFFFF))
+            by = CLOSE_DEADLINE.pack(time.monotonic() + share)
+            self._queue.appendleft(_Frame(
+                HEADER.pack(CLOSE, 0, ms, CLOSE_DEADLINE.size) + by, Counts()))
+        self._queue.append(None)
+        self._cond.notify()
 
     # ── writer thread ────────────────────────────────────────────────────────────────
 
