@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import signal
 import textwrap
@@ -126,13 +127,104 @@ def test_environment_switch_and_otlp_only(env: pytest.MonkeyPatch, tmp_path: Pat
     assert report.trace_line == ""
 
 
-def test_off_by_default(env: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_otlp_only_stays_in_this_process_by_default(env: pytest.MonkeyPatch,
+                                                    tmp_path: Path) -> None:
     env.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{_dead_port()}")
+    env.setenv("OTEL_METRICS_EXPORTER", "none")
     telemetry = configure(set_global=False, rerun="off", out_dir=tmp_path)
     assert not any(isinstance(p, MultiSinkBatchSpanProcessor)
                    for p in telemetry.span_processors)
+    otlp: Any = next(p for p in telemetry.span_processors if p.sink == "otlp").exporter
+    assert type(otlp.inner).__name__ == "FastOTLPSpanExporter"  # behind the witness filter
     telemetry.shutdown(timeout_s=1)
     DROPS.reset()
+
+
+@pytest.mark.parametrize("retired", [
+    {}, {"PROOFSCOPE_RERUN_PROCESS": "0"}, {"PROOFSCOPE_RERUN_PROCESS": "1"},
+    {"rerun_process": False}, {"rerun_process": True}])
+def test_rerun_is_drawn_by_the_export_process_on_every_machine(
+        env: pytest.MonkeyPatch, tmp_path: Path, caplog: pytest.LogCaptureFixture,
+        grpc_receiver: tuple[_GrpcReceiver, int], retired: dict[str, Any]) -> None:
+    """Issue 29 decision 1: with Rerun on, configure() has one route, whatever the CPU
+    count or the retired switch says: the export process (started by configure()),
+    OTLP spans with it, Rerun metrics into the same child and recording."""
+    from otel_proofscope.rerun.export_process import ExportProcessMetricExporter
+    from otel_proofscope.setup import options
+
+    receiver, port = grpc_receiver
+    env.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{port}")
+    env.setattr(options, "_RETIRED_WARNED", set())
+    kwargs = {k: v for k, v in retired.items() if k == "rerun_process"}
+    for name, value in retired.items():
+        if name.isupper():
+            env.setenv(name, value)
+    rrd = tmp_path / "one.rrd"
+    with caplog.at_level(logging.WARNING, logger="otel_proofscope.setup"):
+        telemetry = configure(rerun=f"file:{rrd}", set_global=False, out_dir=tmp_path,
+                              **kwargs)
+        configure(rerun="off", set_global=False, out_dir=tmp_path,
+                  **kwargs).shutdown(timeout_s=1)  # said once per process
+    route = _route(telemetry)
+    assert route.sinks == ("otlp", "rerun")
+    assert route.exporter.worker.proc.poll() is None  # started by configure() itself
+    metric = [e.inner for e in telemetry.metric_exporters
+              if isinstance(e.inner, ExportProcessMetricExporter)]
+    assert len(metric) == 1 and metric[0].worker is route.exporter.worker
+    retired_said = [r.getMessage() for r in caplog.records if "retired" in r.getMessage()]
+    assert len(retired_said) == len(retired), retired_said
+    for name in retired:
+        assert any(name in m for m in retired_said), retired_said
+    _prove(telemetry)
+    report = telemetry.shutdown(timeout_s=20)
+    assert report.spans_exported == {"otlp": 4, "rerun": 4}
+    assert sum(len(ss.spans) for r in receiver.requests for rs in r.resource_spans
+               for ss in rs.scope_spans) == 4
+    assert readback.recording_count(rrd) == 1
+    paths = readback.read(rrd).paths()
+    assert "/gkr/walk/nodes" in paths and any(p.startswith("/proof/") for p in paths)
+    assert DROPS.total() == 0
+
+
+def test_export_process_false_keeps_otlp_here_and_rerun_in_the_child(
+        env: pytest.MonkeyPatch, tmp_path: Path,
+        grpc_receiver: tuple[_GrpcReceiver, int]) -> None:
+    receiver, port = grpc_receiver
+    env.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{port}")
+    env.setenv("PROOFSCOPE_EXPORT_PROCESS", "0")
+    rrd = tmp_path / "split.rrd"
+    telemetry = configure(rerun=f"file:{rrd}", set_global=False, out_dir=tmp_path)
+    assert _route(telemetry).sinks == ("rerun",)
+    assert sorted(p.sink for p in telemetry.span_processors) == ["otlp", "rerun"]
+    _prove(telemetry)
+    report = telemetry.shutdown(timeout_s=20)
+    assert report.spans_exported == {"otlp": 4, "rerun": 4}
+    assert sum(len(ss.spans) for r in receiver.requests for rs in r.resource_spans
+               for ss in rs.scope_spans) == 4
+    assert "/gkr/walk/nodes" in readback.read(rrd).paths()
+    assert DROPS.total() == 0
+
+
+def test_rerun_metrics_without_rerun_spans_get_a_child_of_their_own(
+        env: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from otel_proofscope.rerun.export_process import ExportProcessMetricExporter
+
+    env.setenv("OTEL_TRACES_EXPORTER", "file")
+    rrd = tmp_path / "metrics.rrd"
+    telemetry = configure(rerun=f"file:{rrd}", set_global=False, out_dir=tmp_path,
+                          metric_interval_s=0.2)
+    assert not any(isinstance(p, MultiSinkBatchSpanProcessor)
+                   for p in telemetry.span_processors)
+    metric = [e.inner for e in telemetry.metric_exporters
+              if isinstance(e.inner, ExportProcessMetricExporter)]
+    assert len(metric) == 1 and metric[0].worker.config.sinks == ("rerun",)
+    _prove(telemetry)
+    report = telemetry.shutdown(timeout_s=20)
+    assert report.spans_exported == {"file": 4}
+    paths = readback.read(rrd).paths()
+    assert any(p.startswith("/proof/") for p in paths)
+    assert "/gkr/walk/nodes" not in paths
+    assert DROPS.total() == 0
 
 
 @pytest.mark.parametrize("collector", ["dead", "silent"])
