@@ -437,7 +437,8 @@ def test_past_the_close_deadline_the_child_counts_frames_unread(tmp_path: Path) 
     from otel_proofscope.rerun import span_wire
     from otel_proofscope.rerun.export_worker import ExportSinks, ExportWorker, ProgressLedger
     from otel_proofscope.rerun.process import CLOSE, SPANS
-    from otel_proofscope.rerun.sink import RerunSink, parse_target
+    from otel_proofscope.rerun.sink import RerunSink
+    from otel_proofscope.rerun.target import parse_target
     from tests.test_rerun_process import proof_spans
 
     ledger = ProgressLedger()

@@ -549,7 +549,8 @@ def test_the_childs_frame_loop_and_backlog_build_no_round_event(tmp_path: Path) 
     from otel_proofscope.ledger import DropLedger
     from otel_proofscope.rerun import span_wire
     from otel_proofscope.rerun.backlog import PackedBacklog
-    from otel_proofscope.rerun.sink import RerunSink, parse_target
+    from otel_proofscope.rerun.sink import RerunSink
+    from otel_proofscope.rerun.target import parse_target
     from otel_proofscope.rerun.worker import Worker
 
     memory = InMemorySpanExporter()

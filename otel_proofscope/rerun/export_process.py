@@ -55,14 +55,14 @@ from otel_proofscope.otlp.sdk_fields import event_count
 from otel_proofscope.pipeline.forking import after_fork_in_child
 from otel_proofscope.pipeline.privacy import WitnessFilter, strip_witness
 from otel_proofscope.rerun import process
-from otel_proofscope.rerun.exporter import RerunMetricExporterBase, RerunSpanExporterBase
+from otel_proofscope.rerun.exporter_base import RerunMetricExporterBase, RerunSpanExporterBase
 from otel_proofscope.rerun.process import (
     DEFAULT_QUEUE_BYTES,
     Counts,
     RerunWorker,
     WorkerBackend,
 )
-from otel_proofscope.rerun.sink import LEDGER_SINK, parse_target
+from otel_proofscope.rerun.target import LEDGER_SINK, parse_target
 from otel_proofscope.semconv import DropReason
 
 _log = logging.getLogger(__name__)

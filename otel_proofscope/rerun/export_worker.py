@@ -59,11 +59,11 @@ from otel_proofscope.rerun.process import (
 from otel_proofscope.rerun.sink import (
     CHILD_QUEUE_BYTES,
     DEFAULT_QUEUE,
-    LEDGER_SINK,
     RerunSink,
     SinkStats,
 )
-from otel_proofscope.rerun.sink import parse_target as parse_rerun_target
+from otel_proofscope.rerun.target import LEDGER_SINK
+from otel_proofscope.rerun.target import parse_target as parse_rerun_target
 from otel_proofscope.rerun.worker import (
     Worker,
     child_pipes,

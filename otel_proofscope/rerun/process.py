@@ -59,14 +59,14 @@ from otel_proofscope.ledger import DROPS, DropLedger
 from otel_proofscope.otlp.encode import encode_metrics_request
 from otel_proofscope.otlp.sdk_fields import event_count
 from otel_proofscope.pipeline.forking import after_fork_in_child
-from otel_proofscope.rerun.exporter import (
+from otel_proofscope.rerun.exporter_base import (
     RerunMetricExporterBase,
     RerunSpanExporterBase,
 )
 from otel_proofscope.rerun.shared import SharedByTarget
-from otel_proofscope.rerun.sink import LEDGER_SINK, Target, parse_target
 from otel_proofscope.rerun.span_wire import pack_spans, pack_spans_full
 from otel_proofscope.rerun.tally import TALLY
+from otel_proofscope.rerun.target import LEDGER_SINK, Target, parse_target
 from otel_proofscope.semconv import DropReason
 
 _log = logging.getLogger(__name__)

@@ -58,7 +58,8 @@ from otel_proofscope.rerun.process import (
     SPANS_WITNESS,
     Counts,
 )
-from otel_proofscope.rerun.sink import LEDGER_SINK, RerunSink, SinkStats, parse_target
+from otel_proofscope.rerun.sink import RerunSink, SinkStats
+from otel_proofscope.rerun.target import LEDGER_SINK, parse_target
 from otel_proofscope.semconv import DropReason
 
 _log = logging.getLogger("otel_proofscope.rerun.worker")

@@ -254,7 +254,7 @@ def _check_rerun_target(target: str, source: str) -> None:
     if low in ("", "off", "none", "false", "0", "spawn"):
         return
     try:
-        from otel_proofscope.rerun.sink import parse_target
+        from otel_proofscope.rerun.target import parse_target
     except ImportError:  # rerun-sdk missing: the Rerun builder says so
         return
     try:

@@ -109,7 +109,7 @@ def rerun_target(options: Options) -> str:
     else (``OTEL_TRACES_EXPORTER=rerun`` with no target) the Rerun exporters' default."""
     if options.rerun_on:
         return options.rerun_target
-    from otel_proofscope.rerun.sink import parse_target
+    from otel_proofscope.rerun.target import parse_target
 
     return parse_target(None).name
 
@@ -127,12 +127,13 @@ def rerun_metric_exporter(options: Options, config: Any = None) -> MetricExporte
     (``config``, one recording), else into one of their own (``OTEL_METRICS_EXPORTER``
     names rerun, ``OTEL_TRACES_EXPORTER`` does not)."""
     from otel_proofscope.rerun.export_process import ExportConfig, ExportProcessMetricExporter
-    from otel_proofscope.rerun.exporter import RerunMetricExporter
-    from otel_proofscope.rerun.sink import LEDGER_SINK, parse_target
+    from otel_proofscope.rerun.target import LEDGER_SINK, parse_target
 
     if config is None or LEDGER_SINK not in config.sinks:
         target = rerun_target(options)
         if parse_target(target).kind == "off":
+            from otel_proofscope.rerun.exporter import RerunMetricExporter
+
             return RerunMetricExporter("off")
         config = ExportConfig(rerun_target=target, export_witness=options.export_witness,
                               otlp_queue=options.max_queue_size)
@@ -151,7 +152,7 @@ def export_process_config(options: Options) -> Any:
     """
     try:  # the child lives in the rerun package, which needs rerun-sdk installed
         from otel_proofscope.rerun import export_process
-        from otel_proofscope.rerun.sink import parse_target
+        from otel_proofscope.rerun.target import parse_target
     except ImportError:
         if options.export_process:
             raise
