@@ -186,6 +186,28 @@ def test_rerun_is_drawn_by_the_export_process_on_every_machine(
     assert DROPS.total() == 0
 
 
+_NO_SDK_HERE = textwrap.dedent("""
+    import sys
+    import otel_proofscope as ps
+    t = ps.configure(out_dir=sys.argv[1], rerun="file:" + sys.argv[1] + "/x.rrd",
+                     set_global=False)
+    with t.tracer.proof(system="gkr", layers=1), t.tracer.layer(index=0, kind="MatMul"):
+        pass
+    report = t.shutdown(timeout_s=20)
+    print(report.spans_exported, "rerun" in sys.modules, "pyarrow" in sys.modules)
+""")
+
+
+def test_the_provers_process_does_not_import_the_rerun_sdk(tmp_path: Path) -> None:
+    """The child imports rerun-sdk (~1 s of CPU: numpy, pyarrow) while the prover
+    works; the prover's process importing it too cost a short run that second again
+    (proofscope demo's set-up 1.0-1.2 s -> 0.4 s without it)."""
+    proc = run_python(_NO_SDK_HERE, str(tmp_path), env=child_env(), timeout=90)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split("\n")[-2] == "{'file': 2, 'rerun': 2} False False", proc.stdout
+    assert readback.recording_count(tmp_path / "x.rrd") == 1
+
+
 def test_export_process_false_keeps_otlp_here_and_rerun_in_the_child(
         env: pytest.MonkeyPatch, tmp_path: Path,
         grpc_receiver: tuple[_GrpcReceiver, int]) -> None:

@@ -3,9 +3,11 @@
 The one route by which :func:`~otel_proofscope.setup.configure` draws Rerun (issue 29):
 whenever a Rerun target is on, the spans' Rerun sink and, with them, the OTLP span
 export run here, and a Rerun metric exporter of the same target shares the child (one
-recording). The child starts inside ``configure()``, so its start-up (imports of rerun
-and grpc, ~0.5-1 s of CPU) overlaps the prover's own work; ``shutdown()`` waits for it
-within its bound, as for any sink. OTLP-only runs keep the in-thread fast exporter
+recording). The child starts inside ``configure()``, so its start-up (an interpreter and
+the Rerun SDK's imports: ~1.3-1.5 s to its first report on two busy CPUs) overlaps the
+prover's own work; ``shutdown()`` waits for it within its bound, as for any sink. The
+prover's process never imports the Rerun SDK on this route (``rerun/target.py``,
+``rerun/exporter_base.py``). OTLP-only runs keep the in-thread fast exporter
 unless ``configure(export_process=True)`` / ``PROOFSCOPE_EXPORT_PROCESS=1`` moves them
 here too; ``export_process=False`` / ``=0`` keeps OTLP in the prover's process while
 Rerun still draws here. The in-process :class:`~otel_proofscope.rerun.exporter.
