@@ -5,7 +5,9 @@ whenever a Rerun target is on, the spans' Rerun sink and, with them, the OTLP sp
 export run here, and a Rerun metric exporter of the same target shares the child (one
 recording). The child starts inside ``configure()``, so its start-up (an interpreter and
 the Rerun SDK's imports: ~1.3-1.5 s to its first report on two busy CPUs) overlaps the
-prover's own work; ``shutdown()`` waits for it within its bound, as for any sink. The
+prover's own work; ``shutdown()`` waits for it within its bound, as for any sink, and a
+child with no report yet at the deadline gets a bounded grace
+(:data:`MAX_STARTUP_GRACE_S`, at most the bound itself) to start and draw. The
 prover's process never imports the Rerun SDK on this route (``rerun/target.py``,
 ``rerun/exporter_base.py``). OTLP-only runs keep the in-thread fast exporter
 unless ``configure(export_process=True)`` / ``PROOFSCOPE_EXPORT_PROCESS=1`` moves them
@@ -57,7 +59,11 @@ from otel_proofscope.otlp.sdk_fields import event_count
 from otel_proofscope.pipeline.forking import after_fork_in_child
 from otel_proofscope.pipeline.privacy import WitnessFilter, strip_witness
 from otel_proofscope.rerun import process
-from otel_proofscope.rerun.exporter_base import RerunMetricExporterBase, RerunSpanExporterBase
+from otel_proofscope.rerun.exporter_base import (
+    RerunMetricExporterBase,
+    RerunSpanExporterBase,
+    env_float,
+)
 from otel_proofscope.rerun.process import (
     DEFAULT_QUEUE_BYTES,
     Counts,
@@ -70,6 +76,10 @@ from otel_proofscope.semconv import DropReason
 _log = logging.getLogger(__name__)
 
 ENV_SWITCH = "PROOFSCOPE_EXPORT_PROCESS"
+#: At most this long (and at most the shutdown bound itself) past the shutdown deadline,
+#: the exit waits for an export process that has not started yet (see
+#: ``RerunWorker.startup_grace_s``); a started child gets the bound alone.
+MAX_STARTUP_GRACE_S = 3.0
 OTLP_SINK = "otlp"
 #: The OTLP protocols the child's exporter (FastOTLPSpanExporter) speaks.
 PROTOCOLS = ("grpc", "http/protobuf")
@@ -150,7 +160,8 @@ def _key(config: ExportConfig) -> str:
     return target.name if target.kind != "off" else f"export-process:{id(config)}"
 
 
-def acquire(config: ExportConfig, queue_bytes: int | None = None) -> ExportWorker:
+def acquire(config: ExportConfig, queue_bytes: int | None = None,
+            shutdown_timeout_s: float | None = None) -> ExportWorker:
     worker = process._registry.acquire(  # one child per target, as the Rerun route
         _key(config), lambda: ExportWorker(config, queue_bytes=queue_bytes
                                            or DEFAULT_QUEUE_BYTES))
@@ -158,6 +169,8 @@ def acquire(config: ExportConfig, queue_bytes: int | None = None) -> ExportWorke
         process._registry.release(_key(config), worker, 0.0)
         raise ValueError(f"the Rerun target {config.rerun_target!r} already has a "
                          "worker process of another route in this process")
+    bound = shutdown_timeout_s or env_float(process.ENV_TIMEOUT, 3.0)
+    worker.startup_grace_s = max(worker.startup_grace_s, min(bound, MAX_STARTUP_GRACE_S))
     return worker
 
 
@@ -172,7 +185,7 @@ class ExportProcessSpanExporter(RerunSpanExporterBase):
                  queue_bytes: int | None = None,
                  shutdown_timeout_s: float | None = None) -> None:
         self.config = config
-        self.worker = acquire(config, queue_bytes)
+        self.worker = acquire(config, queue_bytes, shutdown_timeout_s)
         super().__init__(parse_target(config.rerun_target), WorkerBackend(self.worker),
                          capture_witness, shutdown_timeout_s)
         self._in_fork = False
@@ -263,6 +276,6 @@ class ExportProcessMetricExporter(RerunMetricExporterBase):
     def __init__(self, config: ExportConfig, *, queue_bytes: int | None = None,
                  shutdown_timeout_s: float | None = None) -> None:
         self.config = config
-        self.worker = acquire(config, queue_bytes)
+        self.worker = acquire(config, queue_bytes, shutdown_timeout_s)
         super().__init__(parse_target(config.rerun_target), WorkerBackend(self.worker),
                          None, None, shutdown_timeout_s)

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 import threading
 import time
@@ -453,7 +454,10 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("otel_proofscope.drops").disabled = True
     ledger = ProgressLedger()
     target = parse_rerun_target(config.get("target") or "off")
-    capacity = max(1, int(config.get("rerun_queue") or DEFAULT_QUEUE))
+    # PROOFSCOPE_RERUN_QUEUE as the Rerun-only worker read it (checked by configure()).
+    capacity = max(1, int(config.get("rerun_queue")
+                          or os.environ.get("PROOFSCOPE_RERUN_QUEUE", "").strip()
+                          or DEFAULT_QUEUE))
     rerun = RerunSink(target, queue_size=capacity, queue_bytes=CHILD_QUEUE_BYTES,
                       ledger=ledger) \
         if target.kind != "off" else None

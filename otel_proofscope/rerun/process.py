@@ -139,6 +139,10 @@ class RerunWorker:
     full_frames = False
     #: Whether close() tells the child how long it has (a CLOSE frame before EOF).
     close_hint = False
+    #: Seconds past its deadline that close() waits for a child still starting (no
+    #: report yet): its start-up is an interpreter and the Rerun SDK's imports, which
+    #: on two busy CPUs outlasted a short run plus the whole 3 s bound, losing the view.
+    startup_grace_s = 0.0
 
     def __init__(self, target: Target, *, queue_bytes: int = DEFAULT_QUEUE_BYTES,
                  ledger: DropLedger = DROPS, argv: Sequence[str] | None = None) -> None:
@@ -259,6 +263,11 @@ class RerunWorker:
         deadline = time.monotonic() + max(timeout_s, 0.0)
         if self._forked:
             return  # the process and threads belong to the parent
+        if self.startup_grace_s > 0 and not self.ready.is_set():
+            # Still importing: a bounded grace (the prover's exit waits at most this
+            # much longer), so a short run on a busy machine keeps its view.
+            deadline += self.startup_grace_s
+            timeout_s = deadline - time.monotonic()
         with self._cond:
             if not self._closing:
                 self._closing = True

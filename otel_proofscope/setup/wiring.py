@@ -213,7 +213,9 @@ def configure(
         export_witness: let them leave the process over OTLP / files
             (``PROOFSCOPE_EXPORT_WITNESS``, default off; Rerun may show them regardless).
         shutdown_timeout_s: bound on ``shutdown()`` and on process exit
-            (``PROOFSCOPE_SHUTDOWN_TIMEOUT``, default 3 s).
+            (``PROOFSCOPE_SHUTDOWN_TIMEOUT``, default 3 s). An export process that has
+            not started by then (a short run on a busy machine) gets at most
+            min(bound, 3 s) more, so the Rerun view is not lost to its start-up.
         span_exporters / metric_readers: extra ``(sink_name, exporter)`` pairs / readers.
             Witness events are filtered out of these too unless ``export_witness``, or
             the exporter is wrapped in :func:`otel_proofscope.pipeline.privacy.local`.
