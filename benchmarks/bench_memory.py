@@ -1,7 +1,7 @@
 """Prover RSS growth against a dead collector, per Rerun route (issue 16: <= +64 MB).
 
 Run: python benchmarks/bench_memory.py [--spans 200000] [--events 0] [--repeat 5]
-       [--routes otlp,child,thread]
+       [--routes otlp,export,split]
 
 Each run is a fresh process: ``configure()`` with an OTLP endpoint on a closed port
 (every export fails), then N ``proof.layer`` spans (each with ``--events`` round
@@ -9,9 +9,13 @@ events) inside one proof. It reports the RSS growth from just before the burst t
 just after it (psutil), and what the ledger counted as lost. Routes:
 
 * ``otlp``   — OTLP alone (``rerun="off"``);
-* ``child``  — OTLP + Rerun ``.rrd`` file, translated in a child process (the growth
-  of the prover's process only, as the test in tests/test_reliability.py measures);
-* ``thread`` — OTLP + Rerun ``.rrd`` file, translated in a thread of the prover.
+* ``export`` — OTLP + Rerun ``.rrd`` file, both from the export process (configure()'s
+  default with Rerun on; the growth of the prover's process only, as the test in
+  tests/test_reliability.py measures);
+* ``split``  — the same with ``PROOFSCOPE_EXPORT_PROCESS=0``: OTLP from the prover's
+  process, Rerun still drawn by the export process.
+
+(Issue 29 retired the Rerun-only child and the thread as configure() routes.)
 
 Every route must count every span that was not delivered (OTLP: all of them).
 """
@@ -61,7 +65,7 @@ def dead_port() -> int:
 
 def one(route: str, spans: int, events: int, tmp: Path) -> tuple[float, int, int]:
     target = "off" if route == "otlp" else f"file:{tmp / f'{route}.rrd'}"
-    env = dict(os.environ, PROOFSCOPE_RERUN_PROCESS="1" if route == "child" else "0")
+    env = dict(os.environ, PROOFSCOPE_EXPORT_PROCESS="0" if route == "split" else "")
     out = subprocess.run([sys.executable, "-c", CHILD, f"http://127.0.0.1:{dead_port()}",
                           str(spans), target, str(events)], capture_output=True, text=True,
                          timeout=1200, check=True, env=env, cwd=tmp)
@@ -76,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--spans", type=int, default=200_000)
     parser.add_argument("--events", type=int, default=0, help="round events per span")
     parser.add_argument("--repeat", type=int, default=5)
-    parser.add_argument("--routes", default="otlp,child,thread")
+    parser.add_argument("--routes", default="otlp,export,split")
     args = parser.parse_args(argv)
     routes = args.routes.split(",")
     growth: dict[str, list[float]] = {r: [] for r in routes}

@@ -39,7 +39,8 @@ from otel_proofscope.instrumentation import CircuitNode, ProofTracer
 from otel_proofscope.pipeline.processor import BoundedBatchSpanProcessor
 from otel_proofscope.rerun import layout
 from otel_proofscope.rerun.exporter import RerunSpanExporter
-from otel_proofscope.rerun.sink import RerunSink, parse_target
+from otel_proofscope.rerun.sink import RerunSink
+from otel_proofscope.rerun.target import parse_target
 from otel_proofscope.rerun.translate import claim_fingerprint
 from otel_proofscope.semconv import Attr, EventName, SpanName
 

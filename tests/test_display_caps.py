@@ -21,7 +21,7 @@ def test_round_bars_beyond_the_cap_are_not_drawn_not_dropped(tmp_path: Path) -> 
     rrd = tmp_path / "caps.rrd"
     dropped_before = DROPS.total()
     bars_before = sum(n for k, n in DROPS.not_drawn().items() if k.signal == "round_bars")
-    telemetry = configure(out_dir=tmp_path, rerun=f"file:{rrd}", rerun_process=False,
+    telemetry = configure(out_dir=tmp_path, rerun=f"file:{rrd}",
                           set_global=False)
     with telemetry.tracer.proof(system="gkr", layers=1), \
             telemetry.tracer.layer(index=0, kind="MatMul", rounds=ROUNDS,

@@ -139,7 +139,7 @@ def test_configure_map_turns_a_foreign_trace_into_the_walk(tmp_path: Path) -> No
     rrd = tmp_path / "sp1.rrd"
     reader = InMemoryMetricReader()
     telemetry = configure(service_name="sp1-like", out_dir=tmp_path, set_global=False,
-                          rerun=f"file:{rrd}", rerun_process=False, handle_sigterm=False,
+                          rerun=f"file:{rrd}", handle_sigterm=False,
                           metric_readers=[reader], map="sp1")
     tracer = telemetry.tracer_provider.get_tracer("sp1-like")
     trace_id = _sp1_like_proof(tracer)
@@ -201,7 +201,7 @@ def test_the_documented_example_maps_layers_rounds_and_verdict(tmp_path: Path) -
     rrd = tmp_path / "walk.rrd"
     reader = InMemoryMetricReader()
     telemetry = configure(out_dir=tmp_path, set_global=False, rerun=f"file:{rrd}",
-                          rerun_process=False, handle_sigterm=False, metric_readers=[reader],
+                          handle_sigterm=False, metric_readers=[reader],
                           map=str(root / "myprover.toml"))
     trace_id = example.prove(telemetry.tracer_provider.get_tracer("myprover"))
     points = metric_points(reader)

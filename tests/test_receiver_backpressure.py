@@ -15,7 +15,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from otel_proofscope.integrations.otlp_receiver import codec
 from otel_proofscope.integrations.otlp_receiver.core import LEDGER_SINK, Ingest, Outcome
 from otel_proofscope.ledger import DropLedger
-from otel_proofscope.rerun.sink import RerunSink, parse_target
+from otel_proofscope.rerun.sink import RerunSink
+from otel_proofscope.rerun.target import parse_target
 
 
 class Queue(InMemorySpanExporter):

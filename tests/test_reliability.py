@@ -78,14 +78,15 @@ MEMORY_CHILD = textwrap.dedent("""
 @pytest.mark.slow
 @pytest.mark.parametrize("rerun", ["off", "child"])
 def test_memory_stays_bounded_against_a_dead_collector(tmp_path: Path, rerun: str) -> None:
-    # "child": Rerun on, translated in its child process (configure()'s default on 4+
-    # CPUs); the prover process's growth must stay as bounded as with OTLP alone.
+    # "child": Rerun on, so OTLP and the view go through the export process
+    # (configure()'s one Rerun route); the prover process's growth must stay as bounded
+    # as with OTLP alone.
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     n = int(os.environ.get("PROOFSCOPE_MEMORY_TEST_SPANS", "200000"))
     target = "off" if rerun == "off" else f"file:{tmp_path / 'memory.rrd'}"
-    env = dict(os.environ, PROOFSCOPE_RERUN_PROCESS="1")
+    env = dict(os.environ)
     out = subprocess.run([sys.executable, "-c", MEMORY_CHILD, f"http://127.0.0.1:{port}",
                           str(n), target], capture_output=True, text=True, timeout=600,
                          check=True, env=env, cwd=tmp_path)
@@ -97,9 +98,8 @@ def test_memory_stays_bounded_against_a_dead_collector(tmp_path: Path, rerun: st
 
 
 @pytest.mark.parametrize("where", ["under-a-file", "disk-full"])
-@pytest.mark.parametrize("in_child", [True, False], ids=["rerun-in-child", "rerun-in-thread"])
 def test_unwritable_rrd_is_reported_counted_and_otlp_continues(
-        tmp_path: Path, where: str, in_child: bool, caplog: pytest.LogCaptureFixture,
+        tmp_path: Path, where: str, caplog: pytest.LogCaptureFixture,
         capfd: pytest.CaptureFixture[str]) -> None:
     from otel_proofscope.ledger import DROPS
     from otel_proofscope.setup import configure
@@ -107,8 +107,8 @@ def test_unwritable_rrd_is_reported_counted_and_otlp_continues(
     (tmp_path / "file").write_text("not a directory")
     target = (f"file:{tmp_path / 'file' / 'x.rrd'}" if where == "under-a-file"
               else "file:/dev/full")
-    telemetry = configure(out_dir=tmp_path / "out", rerun=target, rerun_process=in_child,
-                          set_global=False)
+    # Drawn by the export process, configure()'s one Rerun route (issue 29).
+    telemetry = configure(out_dir=tmp_path / "out", rerun=target, set_global=False)
     spans = events = 0
     with telemetry.tracer.proof(system="gkr"):
         spans += 1

@@ -213,46 +213,6 @@ def test_off_target_starts_no_child() -> None:
     assert DROPS.total() == 0
 
 
-@pytest.mark.parametrize("switch, cpus, in_child", [
-    (None, 8, True), (None, 2, False), ("1", 2, True), ("0", 8, False), ("off", 8, False)])
-def test_configure_routes_spans_and_metrics_through_one_child_where_cores_allow(
-        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, switch: str | None, cpus: int,
-        in_child: bool) -> None:
-    from otel_proofscope.rerun import process as rerun_process
-    from otel_proofscope.setup import configure
-
-    monkeypatch.setattr(rerun_process, "usable_cpus", lambda: cpus)
-    if switch is None:
-        monkeypatch.delenv("PROOFSCOPE_RERUN_PROCESS", raising=False)
-    else:
-        monkeypatch.setenv("PROOFSCOPE_RERUN_PROCESS", switch)
-    rrd = tmp_path / "switch.rrd"
-    telemetry = configure(out_dir=tmp_path, rerun=f"file:{rrd}", set_global=False)
-    rerun_proc = next(p for p in telemetry.span_processors if p.sink == "rerun")
-    assert isinstance(rerun_proc.exporter, rerun_process.RerunProcessSpanExporter) is in_child
-    assert any(isinstance(e.inner, rerun_process.RerunProcessMetricExporter)
-               for e in telemetry.metric_exporters) is in_child
-    with telemetry.tracer.proof(system="gkr", layers=1), \
-            telemetry.tracer.layer(index=0, kind="MatMul", rounds=1):
-        telemetry.tracer.sumcheck_round(0, [1, 2], 3)
-    report = telemetry.shutdown(timeout_s=10)
-    assert report.spans_exported["rerun"] == 2
-    assert "/gkr/walk/nodes" in readback.read(rrd).paths()
-
-
-def test_configure_argument_wins_over_the_environment(monkeypatch: pytest.MonkeyPatch,
-                                                      tmp_path: Path) -> None:
-    from otel_proofscope.rerun.exporter import RerunSpanExporter
-    from otel_proofscope.setup import configure
-
-    monkeypatch.setenv("PROOFSCOPE_RERUN_PROCESS", "1")
-    telemetry = configure(out_dir=tmp_path, rerun=f"file:{tmp_path / 'a.rrd'}",
-                          rerun_process=False, set_global=False)
-    rerun_proc = next(p for p in telemetry.span_processors if p.sink == "rerun")
-    assert type(rerun_proc.exporter) is RerunSpanExporter
-    telemetry.shutdown(timeout_s=5)
-
-
 def _forked_prover(telemetry: Any, results: Any) -> None:
     """A multiprocessing worker forked after configure(): proves, reports its own
     Rerun losses and warnings, then stays alive while the parent shuts down."""
@@ -272,16 +232,15 @@ def _forked_prover(telemetry: Any, results: Any) -> None:
     time.sleep(6)
 
 
-@pytest.mark.parametrize("in_child", [True, False], ids=["rerun-in-child", "rerun-in-thread"])
 def test_forked_worker_counts_its_rerun_spans_and_does_not_hold_up_the_parent(
-        tmp_path: Path, in_child: bool) -> None:
+        tmp_path: Path) -> None:
     import multiprocessing
 
     from otel_proofscope.setup import configure
 
     rrd = tmp_path / "fork.rrd"
-    telemetry = configure(out_dir=tmp_path, rerun=f"file:{rrd}", rerun_process=in_child,
-                          set_global=False)
+    # configure()'s one Rerun route: the export process (issue 29).
+    telemetry = configure(out_dir=tmp_path, rerun=f"file:{rrd}", set_global=False)
     ctx = multiprocessing.get_context("fork")
     results = ctx.Queue()
     worker = ctx.Process(target=_forked_prover, args=(telemetry, results), daemon=True)

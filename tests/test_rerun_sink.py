@@ -23,7 +23,8 @@ from otel_proofscope.ledger import DROPS
 from otel_proofscope.rerun import readback
 from otel_proofscope.rerun import sink as sinks
 from otel_proofscope.rerun.exporter import RerunMetricExporter, RerunSpanExporter
-from otel_proofscope.rerun.sink import RerunSink, Target, parse_target
+from otel_proofscope.rerun.sink import RerunSink
+from otel_proofscope.rerun.target import Target, parse_target
 
 
 def spans(layers: int = 3) -> list[ReadableSpan]:

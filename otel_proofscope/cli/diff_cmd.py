@@ -63,7 +63,7 @@ def _min_samples(value: str) -> int:
 
 
 def _rerun_target(value: str) -> str:
-    from otel_proofscope.rerun.sink import parse_target
+    from otel_proofscope.rerun.target import parse_target
 
     try:
         parse_target(value)

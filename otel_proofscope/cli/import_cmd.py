@@ -194,9 +194,9 @@ class Feeder:
                 continue
             state = backlog()
             if state is None:
-                # A child process's sink (the Rerun worker, the default at 4+ CPUs): its
-                # queue is not visible here, so the wait is a flush that travels to the
-                # child and returns once it drew everything sent so far.
+                # A child process's sink (the export process, configure()'s Rerun
+                # route): its queue is not visible here, so the wait is a flush that
+                # travels to the child and returns once it drew everything sent so far.
                 processor.force_flush(int(STALL_S * 1000))
                 flush = getattr(exporter, "force_flush", None)
                 if callable(flush) and not flush(int(STALL_S * 1000)):

@@ -196,7 +196,8 @@ def write(target: str, views: list[RunView], summary_md: str) -> str:
     """
     import rerun as rr
 
-    from otel_proofscope.rerun.sink import parse_target, probe
+    from otel_proofscope.rerun.sink import probe
+    from otel_proofscope.rerun.target import parse_target
 
     t = parse_target(target)
     if t.kind == "off":

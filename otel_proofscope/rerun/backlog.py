@@ -28,7 +28,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from otel_proofscope.ledger import DropLedger
 from otel_proofscope.otlp.sdk_fields import event_count
 from otel_proofscope.rerun import span_wire
-from otel_proofscope.rerun.sink import LEDGER_SINK
+from otel_proofscope.rerun.target import LEDGER_SINK
 from otel_proofscope.semconv import DropReason
 
 _log = logging.getLogger(__name__)

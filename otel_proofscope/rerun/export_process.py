@@ -1,5 +1,21 @@
 """Pack once, export out of process: OTLP and the Rerun view in one child process.
 
+The one route by which :func:`~otel_proofscope.setup.configure` draws Rerun (issue 29):
+whenever a Rerun target is on, the spans' Rerun sink and, with them, the OTLP span
+export run here, and a Rerun metric exporter of the same target shares the child (one
+recording). The child starts inside ``configure()``, so its start-up (an interpreter and
+the Rerun SDK's imports: ~1.3-1.5 s to its first report on two busy CPUs) overlaps the
+prover's own work; ``shutdown()`` waits for it within its bound, as for any sink, and a
+child with no report yet at the deadline gets a bounded grace
+(:data:`MAX_STARTUP_GRACE_S`, at most the bound itself) to start and draw. The
+prover's process never imports the Rerun SDK on this route (``rerun/target.py``,
+``rerun/exporter_base.py``). OTLP-only runs keep the in-thread fast exporter
+unless ``configure(export_process=True)`` / ``PROOFSCOPE_EXPORT_PROCESS=1`` moves them
+here too; ``export_process=False`` / ``=0`` keeps OTLP in the prover's process while
+Rerun still draws here. The in-process :class:`~otel_proofscope.rerun.exporter.
+RerunSpanExporter` stays for the ``OTEL_TRACES_EXPORTER=rerun`` SDK entry point and
+explicit use (``configure(span_exporters=...)``).
+
 Why: through the GIL, every export thread in the prover's process adds to the prover
 thread's wall time. Measured per prover span on 2 CPUs: the fast OTLP encoder and gRPC
 send ~18 µs, the Rerun child route's packing ~6 µs, against a ~65 µs prover span; the
@@ -8,10 +24,6 @@ With this route the prover's process pays one packing per span
 (:func:`~otel_proofscope.rerun.span_wire.pack_spans_full`, the full record) and a pipe
 write; :mod:`otel_proofscope.rerun.export_worker` encodes and sends OTLP and translates
 for Rerun.
-
-Opt-in (``configure(export_process=True)`` or ``PROOFSCOPE_EXPORT_PROCESS=1``): the
-child's start-up (imports of rerun and grpc, ~0.5-1 s of CPU) competes with a short
-proof where cores are scarce.
 
 Accounting: one span processor in the parent serves both sinks
 (:class:`~otel_proofscope.pipeline.multi_sink.MultiSinkBatchSpanProcessor`); a span it
@@ -47,30 +59,43 @@ from otel_proofscope.otlp.sdk_fields import event_count
 from otel_proofscope.pipeline.forking import after_fork_in_child
 from otel_proofscope.pipeline.privacy import WitnessFilter, strip_witness
 from otel_proofscope.rerun import process
-from otel_proofscope.rerun.exporter import RerunSpanExporterBase
+from otel_proofscope.rerun.exporter_base import (
+    RerunMetricExporterBase,
+    RerunSpanExporterBase,
+    env_float,
+)
 from otel_proofscope.rerun.process import (
     DEFAULT_QUEUE_BYTES,
     Counts,
     RerunWorker,
     WorkerBackend,
 )
-from otel_proofscope.rerun.sink import LEDGER_SINK, parse_target
+from otel_proofscope.rerun.target import LEDGER_SINK, parse_target
 from otel_proofscope.semconv import DropReason
 
 _log = logging.getLogger(__name__)
 
 ENV_SWITCH = "PROOFSCOPE_EXPORT_PROCESS"
+#: At most this long (and at most the shutdown bound itself) past the shutdown deadline,
+#: the exit waits for an export process that has not started yet (see
+#: ``RerunWorker.startup_grace_s``); a started child gets the bound alone.
+MAX_STARTUP_GRACE_S = 3.0
 OTLP_SINK = "otlp"
 #: The OTLP protocols the child's exporter (FastOTLPSpanExporter) speaks.
 PROTOCOLS = ("grpc", "http/protobuf")
 
 
-def enabled(explicit: bool | None = None) -> bool:
-    """``explicit`` if given, else ``PROOFSCOPE_EXPORT_PROCESS`` (``1`` / ``0``); off by
-    default until measured on more machines (benchmarks/README)."""
+def switch(explicit: bool | None = None) -> bool | None:
+    """``explicit`` if given, else ``PROOFSCOPE_EXPORT_PROCESS`` (``1`` / ``0``), else
+    None: the default, OTLP spans in the child exactly when it draws Rerun anyway."""
     if explicit is not None:
         return explicit
-    return os.environ.get(ENV_SWITCH, "").strip().lower() in ("1", "true", "yes", "on")
+    raw = os.environ.get(ENV_SWITCH, "").strip().lower()
+    if raw in ("1", "true", "yes", "on"):
+        return True
+    if raw in ("0", "false", "no", "off"):
+        return False
+    return None
 
 
 @dataclass(frozen=True)
@@ -135,7 +160,8 @@ def _key(config: ExportConfig) -> str:
     return target.name if target.kind != "off" else f"export-process:{id(config)}"
 
 
-def acquire(config: ExportConfig, queue_bytes: int | None = None) -> ExportWorker:
+def acquire(config: ExportConfig, queue_bytes: int | None = None,
+            shutdown_timeout_s: float | None = None) -> ExportWorker:
     worker = process._registry.acquire(  # one child per target, as the Rerun route
         _key(config), lambda: ExportWorker(config, queue_bytes=queue_bytes
                                            or DEFAULT_QUEUE_BYTES))
@@ -143,6 +169,8 @@ def acquire(config: ExportConfig, queue_bytes: int | None = None) -> ExportWorke
         process._registry.release(_key(config), worker, 0.0)
         raise ValueError(f"the Rerun target {config.rerun_target!r} already has a "
                          "worker process of another route in this process")
+    bound = shutdown_timeout_s or env_float(process.ENV_TIMEOUT, 3.0)
+    worker.startup_grace_s = max(worker.startup_grace_s, min(bound, MAX_STARTUP_GRACE_S))
     return worker
 
 
@@ -157,7 +185,7 @@ class ExportProcessSpanExporter(RerunSpanExporterBase):
                  queue_bytes: int | None = None,
                  shutdown_timeout_s: float | None = None) -> None:
         self.config = config
-        self.worker = acquire(config, queue_bytes)
+        self.worker = acquire(config, queue_bytes, shutdown_timeout_s)
         super().__init__(parse_target(config.rerun_target), WorkerBackend(self.worker),
                          capture_witness, shutdown_timeout_s)
         self._in_fork = False
@@ -238,3 +266,16 @@ class ExportProcessSpanExporter(RerunSpanExporterBase):
                     protocol=self.config.otlp_protocol, timeout=self.config.otlp_timeout_s,
                     sink=OTLP_SINK)
             return self._fork_exporter
+
+
+class ExportProcessMetricExporter(RerunMetricExporterBase):
+    """Metrics to the Rerun view drawn by the export process of ``config`` (the child
+    the span exporter of the same target started, else one of its own): spans and
+    metrics of a target land in one recording."""
+
+    def __init__(self, config: ExportConfig, *, queue_bytes: int | None = None,
+                 shutdown_timeout_s: float | None = None) -> None:
+        self.config = config
+        self.worker = acquire(config, queue_bytes, shutdown_timeout_s)
+        super().__init__(parse_target(config.rerun_target), WorkerBackend(self.worker),
+                         None, None, shutdown_timeout_s)

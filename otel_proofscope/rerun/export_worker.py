@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 import threading
 import time
@@ -59,11 +60,11 @@ from otel_proofscope.rerun.process import (
 from otel_proofscope.rerun.sink import (
     CHILD_QUEUE_BYTES,
     DEFAULT_QUEUE,
-    LEDGER_SINK,
     RerunSink,
     SinkStats,
 )
-from otel_proofscope.rerun.sink import parse_target as parse_rerun_target
+from otel_proofscope.rerun.target import LEDGER_SINK
+from otel_proofscope.rerun.target import parse_target as parse_rerun_target
 from otel_proofscope.rerun.worker import (
     Worker,
     child_pipes,
@@ -356,6 +357,8 @@ class ExportWorker(Worker):
             drops = self.ledger.snapshot()
             self._rerun_settled = Counts(**self.received.as_dict())
             self._rerun_drops = {k: n for k, n in drops.items() if k.sink != OTLP_SINK}
+            # Left out under a display cap (not lost): the parent's exit report says so.
+            self._rerun_drops.update(self.ledger.not_drawn())
 
     def _make_room(self, n: int) -> None:
         # With OTLP here, the frame loop never waits for the Rerun sink: a slow view
@@ -451,7 +454,10 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("otel_proofscope.drops").disabled = True
     ledger = ProgressLedger()
     target = parse_rerun_target(config.get("target") or "off")
-    capacity = max(1, int(config.get("rerun_queue") or DEFAULT_QUEUE))
+    # PROOFSCOPE_RERUN_QUEUE as the Rerun-only worker read it (checked by configure()).
+    capacity = max(1, int(config.get("rerun_queue")
+                          or os.environ.get("PROOFSCOPE_RERUN_QUEUE", "").strip()
+                          or DEFAULT_QUEUE))
     rerun = RerunSink(target, queue_size=capacity, queue_bytes=CHILD_QUEUE_BYTES,
                       ledger=ledger) \
         if target.kind != "off" else None

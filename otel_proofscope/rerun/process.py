@@ -1,13 +1,23 @@
-"""Rerun exporters that translate in a child process (``configure()``'s default on 4+ CPUs).
+"""The worker-process machinery behind the export process, and Rerun exporters that
+translate in a Rerun-only child.
 
-Why: the Rerun translation (~60 µs of Python per span, plus Rerun's own encoding) in a
-thread of the prover's process competes for the prover's GIL (the full pipeline measured
-1.75-1.94x the discarding baseline). Here the prover's process only packs spans into
-compact marshal frames (:mod:`otel_proofscope.rerun.span_wire`, ~6 µs per span) and
-hands them to a writer thread; the child (:mod:`otel_proofscope.rerun.worker`) unpacks
-them (~11 µs per span) and feeds the same :class:`~otel_proofscope.rerun.sink.RerunSink`
-the in-process exporters use. Metrics, a few points per second, travel as OTLP. A span and a
-metric exporter with the same target share one child, so both land in one recording.
+:class:`RerunWorker` (a child, its bounded byte queue, writer and reader threads and
+their accounting) is the base of the export process's worker
+(:mod:`otel_proofscope.rerun.export_process`), the one route by which ``configure()``
+draws Rerun (issue 29). :class:`RerunProcessSpanExporter` /
+:class:`RerunProcessMetricExporter` (a Rerun-only child running
+:mod:`otel_proofscope.rerun.worker`) are no longer a ``configure()`` route
+(``PROOFSCOPE_RERUN_PROCESS`` is retired); they stay for explicit use and benchmarks.
+
+Why a child at all: the Rerun translation (~60 µs of Python per span, plus Rerun's own
+encoding) in a thread of the prover's process competes for the prover's GIL (the full
+pipeline measured 1.75-1.94x the discarding baseline). Here the prover's process only
+packs spans into compact marshal frames (:mod:`otel_proofscope.rerun.span_wire`, ~6 µs
+per span) and hands them to a writer thread; the child
+(:mod:`otel_proofscope.rerun.worker`) unpacks them (~11 µs per span) and feeds the same
+:class:`~otel_proofscope.rerun.sink.RerunSink` the in-process exporters use. Metrics, a
+few points per second, travel as OTLP. A span and a metric exporter with the same target
+share one child, so both land in one recording.
 
 Wire format on the child's stdin: frames of ``HEADER`` (kind, item count, span events or
 a timeout, payload length) followed by the payload. On its stdout the child answers JSON
@@ -49,19 +59,18 @@ from otel_proofscope.ledger import DROPS, DropLedger
 from otel_proofscope.otlp.encode import encode_metrics_request
 from otel_proofscope.otlp.sdk_fields import event_count
 from otel_proofscope.pipeline.forking import after_fork_in_child
-from otel_proofscope.rerun.exporter import (
+from otel_proofscope.rerun.exporter_base import (
     RerunMetricExporterBase,
     RerunSpanExporterBase,
 )
 from otel_proofscope.rerun.shared import SharedByTarget
-from otel_proofscope.rerun.sink import LEDGER_SINK, Target, parse_target
 from otel_proofscope.rerun.span_wire import pack_spans, pack_spans_full
 from otel_proofscope.rerun.tally import TALLY
+from otel_proofscope.rerun.target import LEDGER_SINK, Target, parse_target
 from otel_proofscope.semconv import DropReason
 
 _log = logging.getLogger(__name__)
 
-ENV_SWITCH = "PROOFSCOPE_RERUN_PROCESS"
 ENV_TIMEOUT = "PROOFSCOPE_SHUTDOWN_TIMEOUT"
 
 #: kind (u8), items (u32), span events or flush timeout ms (u32), payload bytes (u32)
@@ -104,36 +113,6 @@ class Counts:
         self.metric_points -= other.metric_points
 
 
-#: Usable CPUs from which ``configure()`` translates in a child by default.
-AUTO_MIN_CPUS = 4
-
-
-def usable_cpus() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # not on Linux
-        return os.cpu_count() or 1
-
-
-def enabled(explicit: bool | None = None) -> bool:
-    """Whether :func:`~otel_proofscope.setup.configure` translates in a child.
-
-    ``explicit`` if given, else ``PROOFSCOPE_RERUN_PROCESS`` (``1`` / ``0``), else
-    automatic: a child where at least ``AUTO_MIN_CPUS`` CPUs are usable. There the
-    child's start-up (~1 s of imports) and its translation run on otherwise idle cores;
-    with fewer they compete with the prover and its export threads for the CPU, which
-    costs a short proof more than the GIL contention the child saves (benchmarks/README).
-    """
-    if explicit is not None:
-        return explicit
-    raw = os.environ.get(ENV_SWITCH, "").strip().lower()
-    if raw in ("0", "false", "no", "off"):
-        return False
-    if raw in ("1", "true", "yes", "on"):
-        return True
-    return usable_cpus() >= AUTO_MIN_CPUS
-
-
 def _lose(ledger: DropLedger, counts: Counts, reason: str,
           span_sinks: Sequence[str] = (LEDGER_SINK,)) -> None:
     # Spans reach every sink the child serves; metric points only the Rerun view.
@@ -160,6 +139,10 @@ class RerunWorker:
     full_frames = False
     #: Whether close() tells the child how long it has (a CLOSE frame before EOF).
     close_hint = False
+    #: Seconds past its deadline that close() waits for a child still starting (no
+    #: report yet): its start-up is an interpreter and the Rerun SDK's imports, which
+    #: on two busy CPUs outlasted a short run plus the whole 3 s bound, losing the view.
+    startup_grace_s = 0.0
 
     def __init__(self, target: Target, *, queue_bytes: int = DEFAULT_QUEUE_BYTES,
                  ledger: DropLedger = DROPS, argv: Sequence[str] | None = None) -> None:
@@ -271,28 +254,24 @@ class RerunWorker:
         return result[0]
 
     def close(self, timeout_s: float) -> None:
-        """Let the child draw what is queued within ``timeout_s``, then kill it."""
+        """Let the child draw what is queued within ``timeout_s``, then kill it.
+
+        A second call (the exit's last close while a metric exporter's release, on a
+        reader thread, is still closing) waits as the first does, within its own
+        ``timeout_s``: returning at once let the report be made while the first call
+        was still about to count the child's losses (a metric sink that hung)."""
         deadline = time.monotonic() + max(timeout_s, 0.0)
         if self._forked:
             return  # the process and threads belong to the parent
+        if self.startup_grace_s > 0 and not self.ready.is_set():
+            # Still importing: a bounded grace (the prover's exit waits at most this
+            # much longer), so a short run on a busy machine keeps its view.
+            deadline += self.startup_grace_s
+            timeout_s = deadline - time.monotonic()
         with self._cond:
-            if self._closing:
-                return
-            self._closing = True
-            if self.close_hint:
-                # Ahead of the frames still queued: the child learns its deadline now,
-                # not after unpacking them (measured: 8-10 MB queued at the close, read
-                # 1.1-1.4 s later, the child then overran the bound half the time). It
-                # keeps a fifth of the time, at most 0.25 s, for its final report to
-                # reach us (a line of JSON; a late-started child needs the rest).
-                bound = max(timeout_s, 0.0)
-                share = bound - min(0.2 * bound, 0.25)
-                ms = max(1, min(int(share * 1000), 0xFFFFFFFF))
-                by = CLOSE_DEADLINE.pack(time.monotonic() + share)
-                self._queue.appendleft(_Frame(
-                    HEADER.pack(CLOSE, 0, ms, CLOSE_DEADLINE.size) + by, Counts()))
-            self._queue.append(None)
-            self._cond.notify()
+            if not self._closing:
+                self._closing = True
+                self._send_close(timeout_s)
         self._reader.join(max(0.0, deadline - time.monotonic()))
         if self._reader.is_alive() or self.proc.poll() is None:
             with self._cond:
@@ -302,6 +281,24 @@ class RerunWorker:
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(2.0)
         self._writer.join(2.0)
+
+    def _send_close(self, timeout_s: float) -> None:
+        """The end of the stream (and with ``close_hint`` the child's deadline first);
+        under ``self._cond``."""
+        if self.close_hint:
+            # Ahead of the frames still queued: the child learns its deadline now,
+            # not after unpacking them (measured: 8-10 MB queued at the close, read
+            # 1.1-1.4 s later, the child then overran the bound half the time). It
+            # keeps a fifth of the time, at most 0.25 s, for its final report to
+            # reach us (a line of JSON; a late-started child needs the rest).
+            bound = max(timeout_s, 0.0)
+            share = bound - min(0.2 * bound, 0.25)
+            ms = max(1, min(int(share * 1000), 0xFFFFFFFF))
+            by = CLOSE_DEADLINE.pack(time.monotonic() + share)
+            self._queue.appendleft(_Frame(
+                HEADER.pack(CLOSE, 0, ms, CLOSE_DEADLINE.size) + by, Counts()))
+        self._queue.append(None)
+        self._cond.notify()
 
     # ── writer thread ────────────────────────────────────────────────────────────────
 

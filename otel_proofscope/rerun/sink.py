@@ -30,7 +30,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
-from urllib.parse import urlparse
 
 try:
     import fcntl
@@ -53,19 +52,15 @@ from otel_proofscope.rerun.liveness import speaks_http2, tcp_accepts
 from otel_proofscope.rerun.model import GapTable, ProofRegistry
 from otel_proofscope.rerun.shared import SharedByTarget
 from otel_proofscope.rerun.tally import TALLY
+from otel_proofscope.rerun.target import LEDGER_SINK, Target
 from otel_proofscope.rerun.translate import Issues, SpanTranslator
 from otel_proofscope.rerun.translate_metrics import MetricIssues, MetricTranslator
 from otel_proofscope.rerun.translate_trace import TraceIssues, TraceTranslator
-from otel_proofscope.semconv import DISPLAY_CAPS, SINK_RERUN, DropReason
+from otel_proofscope.semconv import DISPLAY_CAPS, DropReason
 
 _log = logging.getLogger(__name__)
 
-ENV_TARGET = "PROOFSCOPE_RERUN"
-DEFAULT_TARGET = "file:proofscope.rrd"
-DEFAULT_PORT = 9876
 APP_ID = "otel_proofscope"
-#: The ``proofscope.sink`` label of Rerun's entries in the drop ledger (not a RerunSink).
-LEDGER_SINK = SINK_RERUN
 #: Signal under which contract spans the 3D walk could not use are counted (the trace
 #: view still draws them; what it cannot draw is counted under ``spans``).
 WALK_SIGNAL = "proof_walk_spans"
@@ -90,53 +85,6 @@ MAX_BATCH = 4096
 #: is sent (measured in the export process: 1,131 spans of 32 rounds abandoned with the
 #: full-size batches after a 5,050-layer burst).
 CLOSING_BATCH = 128
-
-
-@dataclass(frozen=True)
-class Target:
-    kind: Literal["off", "file", "spawn", "grpc"]
-    path: str = ""
-    url: str = ""
-    host: str = ""
-    port: int = 0
-
-    @property
-    def name(self) -> str:
-        if self.kind == "file":
-            return f"file:{os.path.abspath(self.path)}"
-        if self.kind == "grpc":
-            return self.url
-        return self.kind
-
-
-def parse_target(text: str | None) -> Target:
-    """A target string (None: ``PROOFSCOPE_RERUN``, else the default ``.rrd`` file)."""
-    if text is None:
-        text = os.environ.get(ENV_TARGET, "").strip() or DEFAULT_TARGET
-    text = text.strip()
-    low = text.lower()
-    if low in ("off", "none", "false", "0", ""):
-        return Target("off")
-    if low == "spawn":
-        return Target("spawn", url=f"rerun+http://127.0.0.1:{DEFAULT_PORT}/proxy",
-                      host="127.0.0.1", port=DEFAULT_PORT)
-    if low.startswith("file:"):
-        path = text[5:]
-        if not path:
-            raise ValueError("rerun target 'file:' needs a path, e.g. file:proofscope.rrd")
-        return Target("file", path=path)
-    url = text
-    if "://" not in url:  # bare host:port, as stwo-ml's Rerun sink accepts
-        url = f"rerun+http://{url}/proxy"
-    parsed = urlparse(url)
-    if not parsed.scheme.startswith("rerun") or not parsed.hostname:
-        raise ValueError(f"unrecognised rerun target {text!r}: expected 'spawn', "
-                         "'file:PATH.rrd', 'rerun+http://HOST:PORT/proxy' or 'off'")
-    try:
-        port = parsed.port or DEFAULT_PORT
-    except ValueError:
-        raise ValueError(f"rerun target {text!r}: bad port") from None
-    return Target("grpc", url=url, host=parsed.hostname, port=port)
 
 
 def no_display() -> str | None:

@@ -58,7 +58,8 @@ from otel_proofscope.rerun.process import (
     SPANS_WITNESS,
     Counts,
 )
-from otel_proofscope.rerun.sink import LEDGER_SINK, RerunSink, SinkStats, parse_target
+from otel_proofscope.rerun.sink import RerunSink, SinkStats
+from otel_proofscope.rerun.target import LEDGER_SINK, parse_target
 from otel_proofscope.semconv import DropReason
 
 _log = logging.getLogger("otel_proofscope.rerun.worker")
@@ -198,7 +199,9 @@ class Worker:
             self.report()
 
     def report(self, *, flush: int | None = None, ok: bool = True, final: bool = False) -> None:
-        drops = [[k.signal, k.sink, k.reason, n] for k, n in self.ledger.snapshot().items()]
+        # Losses, and what a display cap left out (not lost: the parent counts it apart).
+        drops = [[k.signal, k.sink, k.reason, n] for k, n in (
+            *self.ledger.snapshot().items(), *self.ledger.not_drawn().items())]
         stats = self.sink.stats
         line = {"settled": self.received.as_dict(), "drops": drops, "flush": flush, "ok": ok,
                 "final": final, "drawn": [stats.spans_drawn, stats.orphans, stats.late]}

@@ -254,7 +254,7 @@ def _check_rerun_target(target: str, source: str) -> None:
     if low in ("", "off", "none", "false", "0", "spawn"):
         return
     try:
-        from otel_proofscope.rerun.sink import parse_target
+        from otel_proofscope.rerun.target import parse_target
     except ImportError:  # rerun-sdk missing: the Rerun builder says so
         return
     try:
@@ -271,7 +271,6 @@ class Options:
     resource_attributes: Mapping[str, str]
     out_dir: Path
     rerun_target: str
-    rerun_process: bool | None
     prometheus_port: int | None
     capture_witness: bool
     export_witness: bool
@@ -289,8 +288,9 @@ class Options:
     mapper: Mapper | None = None
     #: Estimated bytes queued per sink before new spans are dropped and counted.
     max_queue_bytes: int = DEFAULT_MAX_QUEUE_BYTES
-    #: OTLP and Rerun span export in one child process (``export_process=`` or
-    #: ``PROOFSCOPE_EXPORT_PROCESS``); None: the variable decides, default off.
+    #: OTLP span export in the export process (``export_process=`` or
+    #: ``PROOFSCOPE_EXPORT_PROCESS``); None: the variable decides, else there exactly
+    #: when Rerun is on (the Rerun view is always drawn there).
     export_process: bool | None = None
 
     @property
@@ -324,6 +324,7 @@ class Options:
         """configure()'s arguments merged with the environment; raises ValueError for a
         value that cannot be meant, naming where it came from."""
         check_environment()
+        _retired_rerun_process(rerun_process)
         # One validation for the bound, shared with the Rerun worker (pipeline/deadline):
         # finite, positive, at most a day. None and 0 mean "not given", as always.
         bound = (parse_timeout(shutdown_timeout_s, name="shutdown_timeout_s")
@@ -386,7 +387,7 @@ class Options:
 
         return cls(
             service_name=service_name, resource_attributes=dict(resource_attributes or {}),
-            out_dir=directory, rerun_target=target, rerun_process=rerun_process,
+            out_dir=directory, rerun_target=target,
             prometheus_port=port, capture_witness=capture, export_witness=export_w,
             metric_interval_s=interval, shutdown_timeout_s=bound,
             max_events_per_span=max_events, max_queue_size=queue_size,
@@ -395,6 +396,30 @@ class Options:
             span_exporters=tuple(span_exporters), metric_readers=tuple(metric_readers),
             mapper=mapper, max_queue_bytes=queue_bytes,
             export_process=export_process)
+
+
+_RETIRED_WARNED: set[str] = set()
+
+
+def _retired_rerun_process(argument: bool | None) -> None:
+    """``rerun_process=`` / ``PROOFSCOPE_RERUN_PROCESS`` chose between a Rerun-only child
+    and a thread; retired (issue 29): the export process is the one route. Ignored, with
+    one warning per process naming what was set (a bad value is still refused by
+    :func:`check_environment`)."""
+    import logging
+
+    said = []
+    if argument is not None:
+        said.append("configure(rerun_process=...)")
+    if os.environ.get("PROOFSCOPE_RERUN_PROCESS", "").strip():
+        said.append("PROOFSCOPE_RERUN_PROCESS")
+    for name in said:
+        if name not in _RETIRED_WARNED:
+            _RETIRED_WARNED.add(name)
+            logging.getLogger("otel_proofscope.setup").warning(
+                "%s is retired and ignored: configure() always draws the Rerun view in "
+                "the export process (PROOFSCOPE_EXPORT_PROCESS / export_process= only "
+                "decide where OTLP spans are exported)", name)
 
 
 def _mapper(spec: Any) -> Mapper | None:

@@ -1,9 +1,9 @@
 """One small builder per sink: the exporter or reader behind each name that
 ``OTEL_TRACES_EXPORTER`` / ``OTEL_METRICS_EXPORTER`` (or the defaults) can hold.
 
-This is where the pipeline meets the Rerun layer: the Rerun builders pick the in-process
-or the child-process exporter pair, so spans and metrics take the same route into one
-recording.
+This is where the pipeline meets the Rerun layer: a Rerun sink of configure() is always
+drawn by the export process (:mod:`otel_proofscope.rerun.export_process`), spans and
+metrics into one recording; OTLP-only runs keep the in-thread fast exporter.
 """
 
 from __future__ import annotations
@@ -104,35 +104,55 @@ def console_metric_exporter() -> MetricExporter:
     return ConsoleMetricExporter()
 
 
+def rerun_target(options: Options) -> str:
+    """The target a Rerun sink of configure() draws to: ``rerun=`` / ``PROOFSCOPE_RERUN``,
+    else (``OTEL_TRACES_EXPORTER=rerun`` with no target) the Rerun exporters' default."""
+    if options.rerun_on:
+        return options.rerun_target
+    from otel_proofscope.rerun.target import parse_target
+
+    return parse_target(None).name
+
+
 def rerun_span_exporter(options: Options) -> SpanExporter:
-    from otel_proofscope.rerun import process as rerun_child
+    """Only for a Rerun span sink whose target is off (nothing drawn, no thread): every
+    other goes to the export process (:func:`export_process_config`)."""
     from otel_proofscope.rerun.exporter import RerunSpanExporter
 
-    target = options.rerun_target if options.rerun_on else None
-    # Spans and metrics must take the same route: one recording.
-    span_cls = (rerun_child.RerunProcessSpanExporter
-                if rerun_child.enabled(options.rerun_process) else RerunSpanExporter)
-    return span_cls(target, capture_witness=options.capture_witness)
+    return RerunSpanExporter("off", capture_witness=options.capture_witness)
 
 
-def rerun_metric_exporter(options: Options, in_child: bool | None = None) -> MetricExporter:
-    """``in_child``: the spans' Rerun route is a child process (the export process)."""
-    from otel_proofscope.rerun import process as rerun_child
-    from otel_proofscope.rerun.exporter import RerunMetricExporter
+def rerun_metric_exporter(options: Options, config: Any = None) -> MetricExporter:
+    """Metrics to the Rerun view: into the export process that draws the spans
+    (``config``, one recording), else into one of their own (``OTEL_METRICS_EXPORTER``
+    names rerun, ``OTEL_TRACES_EXPORTER`` does not)."""
+    from otel_proofscope.rerun.export_process import ExportConfig, ExportProcessMetricExporter
+    from otel_proofscope.rerun.target import LEDGER_SINK, parse_target
 
-    metric_cls = (rerun_child.RerunProcessMetricExporter
-                  if in_child or rerun_child.enabled(options.rerun_process)
-                  else RerunMetricExporter)
-    return metric_cls(options.rerun_target if options.rerun_on else None)
+    if config is None or LEDGER_SINK not in config.sinks:
+        target = rerun_target(options)
+        if parse_target(target).kind == "off":
+            from otel_proofscope.rerun.exporter import RerunMetricExporter
+
+            return RerunMetricExporter("off")
+        config = ExportConfig(rerun_target=target, export_witness=options.export_witness,
+                              otlp_queue=options.max_queue_size)
+    return ExportProcessMetricExporter(config, shutdown_timeout_s=options.shutdown_timeout_s)
 
 
 def export_process_config(options: Options) -> Any:
-    """The export process's settings (``rerun.export_process.ExportConfig``) when that
-    route is switched on and serves a span sink configure() would build, else None."""
-    if options.export_process is False:
-        return None
+    """The export process's settings (``rerun.export_process.ExportConfig``) when
+    configure() starts one, else None.
+
+    The one route by which configure() draws Rerun: when ``OTEL_TRACES_EXPORTER`` (or
+    the default) has a Rerun sink with a target, its spans go to the child, and the OTLP
+    spans with them (unless ``export_process=False`` / ``PROOFSCOPE_EXPORT_PROCESS=0``).
+    Without Rerun, OTLP spans go there only when ``export_process=True`` / ``=1``
+    asks; otherwise they stay with the in-thread fast exporter.
+    """
     try:  # the child lives in the rerun package, which needs rerun-sdk installed
         from otel_proofscope.rerun import export_process
+        from otel_proofscope.rerun.target import parse_target
     except ImportError:
         if options.export_process:
             raise
@@ -143,24 +163,26 @@ def export_process_config(options: Options) -> Any:
                 "export process: needs rerun-sdk (pip install 'otel-proofscope[rerun]'); "
                 "spans are exported from this process")
         return None
-    if not export_process.enabled(options.export_process):
-        return None
-    otlp = "otlp" in options.trace_exporters
-    rerun = "rerun" in options.trace_exporters and options.rerun_on
+    explicit = export_process.switch(options.export_process)
+    target = rerun_target(options) if "rerun" in options.trace_exporters else "off"
+    rerun = parse_target(target).kind != "off"
+    otlp = "otlp" in options.trace_exporters and (
+        explicit is True or (explicit is None and rerun))
     protocol = _otlp_protocol("traces")
     encoder = os.environ.get("PROOFSCOPE_OTLP_ENCODER", "fast").strip().lower()
     if otlp and (protocol not in export_process.PROTOCOLS or encoder != "fast"):
         # The child speaks what FastOTLPSpanExporter speaks; anything else stays here.
-        import logging
+        otlp = False
+        if explicit:
+            import logging
 
-        logging.getLogger(__name__).warning(
-            "export process: OTLP protocol %r / encoder %r is not served out of process; "
-            "spans are exported from this process", protocol, encoder)
-        return None
+            logging.getLogger(__name__).warning(
+                "export process: OTLP protocol %r / encoder %r is not served out of "
+                "process; OTLP spans are exported from this process", protocol, encoder)
     if not (otlp or rerun):
         return None
     return export_process.ExportConfig(
-        rerun_target=options.rerun_target if rerun else "off",
+        rerun_target=target if rerun else "off",
         otlp_protocol=protocol if otlp else None,
         otlp_timeout_s=otlp_timeout_s(options.shutdown_timeout_s),
         export_witness=options.export_witness, otlp_queue=options.max_queue_size)

@@ -10,9 +10,11 @@ Exporter choice, in order:
 3. otherwise OTLP/JSON lines files ``traces.jsonl`` / ``metrics.jsonl`` in ``out_dir``
    (the collector's ``otlpjsonfile`` format, written by the official file exporter).
 
-The Rerun exporter is added when ``rerun`` (or ``PROOFSCOPE_RERUN``) names a target,
-and a Prometheus scrape endpoint when ``prometheus_port`` is given. Every sink gets
-its own bounded queue, so a dead collector never starves the Rerun view or the prover.
+The Rerun view is added when ``rerun`` (or ``PROOFSCOPE_RERUN``) names a target: one
+route, the export process (``rerun/export_process.py``), started here so its start-up
+overlaps the prover's work; the OTLP spans go through it too. A Prometheus scrape
+endpoint is added when ``prometheus_port`` is given. Every sink gets its own bounded
+queue, so a dead collector never starves the Rerun view or the prover.
 
 The arguments and variables are parsed once into :class:`~.options.Options`; the
 exporters come from one builder per sink in :mod:`.sinks`; this module only wires them
@@ -154,8 +156,7 @@ class _Build:
         elif name == "console":
             self.add_metrics("console", sinks.console_metric_exporter())
         elif name == "rerun":
-            metric_exporter = sinks.rerun_metric_exporter(
-                opts, in_child=self.export is not None and "rerun" in self.export.sinks)
+            metric_exporter = sinks.rerun_metric_exporter(opts, self.export)
             self._keep_rerun(metric_exporter)
             self.add_metrics("rerun", metric_exporter)
         else:
@@ -202,10 +203,9 @@ def configure(
             (``PROOFSCOPE_OUT_DIR``, default ``./proofscope-out``).
         rerun: ``spawn``, ``file:PATH.rrd``, ``rerun+http://HOST:PORT/proxy`` or ``off``
             (default ``PROOFSCOPE_RERUN``, else off).
-        rerun_process: translate for Rerun in a child process, so the translation does
-            not compete with the prover for the GIL, or in a thread of this process
-            (``PROOFSCOPE_RERUN_PROCESS``; default: a child where 4 or more CPUs are
-            usable).
+        rerun_process: retired (issue 29): ignored with one warning, as is
+            ``PROOFSCOPE_RERUN_PROCESS``. The Rerun view is always drawn by the export
+            process (see ``export_process``).
         prometheus_port: also serve ``/metrics`` on 127.0.0.1:PORT
             (``PROOFSCOPE_PROMETHEUS_PORT``).
         capture_witness: record activation statistics and attention scores at all
@@ -213,7 +213,9 @@ def configure(
         export_witness: let them leave the process over OTLP / files
             (``PROOFSCOPE_EXPORT_WITNESS``, default off; Rerun may show them regardless).
         shutdown_timeout_s: bound on ``shutdown()`` and on process exit
-            (``PROOFSCOPE_SHUTDOWN_TIMEOUT``, default 3 s).
+            (``PROOFSCOPE_SHUTDOWN_TIMEOUT``, default 3 s). An export process that has
+            not started by then (a short run on a busy machine) gets at most
+            min(bound, 3 s) more, so the Rerun view is not lost to its start-up.
         span_exporters / metric_readers: extra ``(sink_name, exporter)`` pairs / readers.
             Witness events are filtered out of these too unless ``export_witness``, or
             the exporter is wrapped in :func:`otel_proofscope.pipeline.privacy.local`.
@@ -228,9 +230,15 @@ def configure(
         map: mapping rules for a foreign prover's spans, a preset name (``"sp1"``) or a
             rule file (``PROOFSCOPE_MAP``; docs/mapping.md): every sink receives the
             contract spans, and the proof metrics are recorded for them.
-        export_process: pack each span once and export OTLP and the Rerun view from one
-            child process, so neither competes with the prover for the GIL
-            (``PROOFSCOPE_EXPORT_PROCESS``; default off). Metrics stay in this process.
+        export_process: whether OTLP spans are exported from the export process, the
+            child that packs each span once and draws the Rerun view, so neither
+            competes with the prover for the GIL (``PROOFSCOPE_EXPORT_PROCESS``).
+            Default: there whenever Rerun is on (the child then runs anyway), here
+            (in-thread fast exporter) for OTLP-only runs. ``True`` moves OTLP-only runs
+            there too; ``False`` keeps OTLP here. The Rerun view is drawn by the child
+            either way; it starts inside configure(), so its start-up overlaps the
+            prover's work. Metric export stays in this process (Rerun metrics go to the
+            same child).
 
     Raises:
         ValueError: for an argument or variable that cannot be meant (``nan``, ``inf``,

@@ -63,7 +63,7 @@ def test_auto_instrumented_prover_gets_the_bounded_pipeline(tmp_path: Path) -> N
                     OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{_dead_port()}",
                     OTEL_EXPORTER_OTLP_INSECURE="true", OTEL_LOGS_EXPORTER="none",
                     PROOFSCOPE_RERUN=f"file:{tmp_path / 'auto.rrd'}",
-                    PROOFSCOPE_RERUN_PROCESS="0", PROOFSCOPE_SHUTDOWN_TIMEOUT="2",
+                    PROOFSCOPE_SHUTDOWN_TIMEOUT="2",
                     XDG_RUNTIME_DIR=str(tmp_path))
     env["PYTHONPATH"] = f"{_entry_point_dir(tmp_path)}:{env['PYTHONPATH']}"
     res = subprocess.run([command, "--traces_exporter", "rerun,otlp", "--metrics_exporter",

@@ -11,7 +11,8 @@ from test_rerun_sink import spans
 
 from otel_proofscope.ledger import DROPS
 from otel_proofscope.rerun import readback
-from otel_proofscope.rerun.sink import WALK_SIGNAL, RerunSink, parse_target
+from otel_proofscope.rerun.sink import WALK_SIGNAL, RerunSink
+from otel_proofscope.rerun.target import parse_target
 
 pytestmark = pytest.mark.chaos
 
