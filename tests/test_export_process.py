@@ -302,6 +302,40 @@ def test_a_killed_child_counts_what_each_sink_did_not_settle(
     assert {k.reason for k in DROPS.snapshot()} == {DropReason.SINK_UNAVAILABLE}
 
 
+def test_a_child_killed_between_flushes_never_counts_a_span_drawn_and_lost(
+        env: pytest.MonkeyPatch, tmp_path: Path,
+        grpc_receiver: tuple[_GrpcReceiver, int]) -> None:
+    """Issue 28, smaller: after a SIGKILLed export child the summary said `drawn 102;
+    not drawn 1850` of 1,850 spans: its progress reports (every 0.25 s, for OTLP)
+    carried a live drawn count ahead of what the Rerun side had settled. Drawn and not
+    drawn now add up to what was made."""
+    from otel_proofscope.rerun.tally import TALLY
+
+    _receiver, port = grpc_receiver
+    env.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{port}")
+    TALLY.reset()
+    telemetry = _started(configure(rerun=f"file:{tmp_path / 'm.rrd'}", export_process=True,
+                          set_global=False))
+    exporter: Any = _route(telemetry).exporter
+    made = 0
+    deadline = time.monotonic() + 30
+    # Proofs until the child has reported OTLP progress past its last Rerun flush: the
+    # moment a kill used to count the same spans twice.
+    while time.monotonic() < deadline:
+        _prove(telemetry, layers=8)
+        made += 9
+        time.sleep(0.05)
+        if made >= 900 and exporter.worker._sent.spans >= made:
+            break
+    time.sleep(0.6)  # two progress reports at least
+    os.kill(exporter.worker.proc.pid, signal.SIGKILL)
+    exporter.worker.proc.wait(10)
+    telemetry.shutdown(timeout_s=5)
+    lost = DROPS.total(signal="spans", sink="rerun")
+    assert lost > 0
+    assert TALLY.drawn + lost == made, (TALLY.drawn, lost, made)
+
+
 def test_witness_events_stay_out_of_otlp_and_are_counted(
         env: pytest.MonkeyPatch, tmp_path: Path,
         grpc_receiver: tuple[_GrpcReceiver, int]) -> None:

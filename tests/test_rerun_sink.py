@@ -289,6 +289,24 @@ def test_the_queue_is_bounded_in_bytes_too_and_counts_what_does_not_fit(
     sink.close(10)
 
 
+def test_an_empty_queue_takes_a_span_larger_than_its_byte_bound(tmp_path: Path) -> None:
+    """Issue 28, smaller: an oversized span sent to an empty Rerun queue was counted
+    as queue_full (nothing was queued). It is drawn; the next one waits for room."""
+    from otel_proofscope.pipeline.processor import estimate_bytes
+
+    batch = spans(layers=1)
+    room = estimate_bytes(batch[0]) // 2  # the first span alone is twice the bound
+    sink = _held(RerunSink(parse_target(f"file:{tmp_path / 'o.rrd'}"), queue_bytes=room))
+    assert sink.submit_spans(batch) == 1  # the oversized one; the queue is now over
+    assert DROPS.total(signal="spans", sink="rerun", reason="queue_full") == len(batch) - 1
+    _release(sink)
+    assert sink.flush(30)
+    assert sink.stats.spans_translated == 1
+    assert sink.submit_spans(batch[1:]) == len(batch) - 1  # drained: room again
+    assert sink.flush(30)
+    sink.close(10)
+
+
 def test_a_byte_full_queue_makes_the_receiver_refuse_not_drop(tmp_path: Path) -> None:
     """serve's rule (a queue that cannot take a request refuses it, the sender retries)
     holds for the byte bound too: the receiver asks the exporter, not only the count."""

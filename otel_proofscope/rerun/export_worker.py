@@ -275,6 +275,10 @@ class ExportWorker(Worker):
         self._last: Any = None
         self._rerun_settled = Counts()
         self._rerun_drops: dict[Any, int] = {}
+        # Spans drawn (with orphans and late ones) as of the same snapshot as
+        # _rerun_settled: a live count ran ahead of what was settled, so a child killed
+        # between two flushes had its spans counted both drawn and lost.
+        self._rerun_drawn = [0, 0, 0]
 
     def run(self, frames: BinaryIO, close_timeout_s: float) -> int:
         ticker = threading.Thread(target=self._tick, daemon=True,
@@ -356,6 +360,8 @@ class ExportWorker(Worker):
         with self.progress:
             drops = self.ledger.snapshot()
             self._rerun_settled = Counts(**self.received.as_dict())
+            stats = self.sink.stats
+            self._rerun_drawn = [stats.spans_drawn, stats.orphans, stats.late]
             self._rerun_drops = {k: n for k, n in drops.items() if k.sink != OTLP_SINK}
             # Left out under a display cap (not lost): the parent's exit report says so.
             self._rerun_drops.update(self.ledger.not_drawn())
@@ -391,10 +397,9 @@ class ExportWorker(Worker):
             entries = [[k.signal, k.sink, k.reason, n] for k, n in (
                 *self._rerun_drops.items(),
                 *((k, n) for k, n in drops.items() if k.sink == OTLP_SINK))]
-            stats = self.sink.stats
             line: dict[str, Any] = {
                 "settled": self._rerun_settled.as_dict(), "drops": entries,
-                "drawn": [stats.spans_drawn, stats.orphans, stats.late]}
+                "drawn": list(self._rerun_drawn)}
             if otlp is not None:
                 # Exported, or counted lost in the snapshot: settled for OTLP. The
                 # rejected spans are in both figures: once only.

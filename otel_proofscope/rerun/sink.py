@@ -265,7 +265,9 @@ class RerunSink:
         room_bytes = self._capacity_bytes - self._queued_bytes
         n = size = 0
         for span_size in sizes[:max(self._capacity - self._queued, 0)]:
-            if size + span_size > room_bytes:
+            # An empty queue takes one span however large (as the batch processor does):
+            # it would never fit otherwise, and "queue full" would be a false reason.
+            if size + span_size > room_bytes and (n or self._queued):
                 break
             size += span_size
             n += 1
