@@ -74,7 +74,7 @@ NODES = "gkr/walk/nodes"
 ROUNDS = "gkr/walk/rounds"
 TRAIL = "gkr/walk/progress_trail"
 GPU_TIME = "gkr/walk/gpu_time"
-#: Layer labels of a proof without a circuit (a mapped foreign prover): its first helix.
+#: Layer labels of the first proof's helix, one per layer as it starts.
 LABELS = "gkr/walk/labels"
 ACCUMULATING = (NODES, ROUNDS, TRAIL, GPU_TIME, LABELS)
 
@@ -589,13 +589,14 @@ class SpanTranslator:
                 model.kinds[idx] = kind
             model.touch(end)
             order = sorted(nodes)
-            # Labels on the first proof's helix only: later helices repeat its layout,
-            # and their labels would pile onto the first's at this distance.
+            # Unlabelled: the walk's labels come from the layers as they are proved
+            # (LABELS, in _layer), so a circuit that arrives after its layers draws the
+            # same picture as one that arrived first.
             frame.points(f"circuit/{p}/nodes", end, [
                 Node(layout.node_position(i, nodes[i][0], off),
                      layout.kind_rgba(nodes[i][0], 0x90), layout.node_radius(nodes[i][1]) * 0.6,
                      walk_label(i, nodes[i][0])) for i in order],
-                show_labels=model.ordinal == 0)
+                show_labels=False)
             self._backbone(model, frame, end, order)
             strips = self._edges(a, nodes, off, issues)
             if strips:
@@ -646,8 +647,11 @@ class SpanTranslator:
         took = _ms(start, end, model.replayed)
         frame.point(NODES, start, Node(pos, layout.kind_rgba(kind), radius, f"{label} · {p}"),
                     layer=index, show_labels=False)
-        if not model.circuit_nodes and model.ordinal == 0:
-            # No circuit declared its layers (a mapped foreign prover): label them here.
+        if model.ordinal == 0:
+            # Labels on the first proof's helix only (later helices repeat its layout and
+            # their labels would pile onto the first's at this distance), one per layer
+            # as it starts: the same whether or not a circuit declared the layers, and
+            # whether that circuit arrived before them or after.
             frame.point(LABELS, start, Node(pos, layout.kind_rgba(kind), radius * 0.5,
                                             walk_label(index, kind if kind != "Unknown"
                                                        else shown)), layer=index)
