@@ -432,5 +432,7 @@ def test_the_summary_counts_and_plurals(tmp_path: Path,
     err = capsys.readouterr().err
     assert "imported 1 span in 1 trace, 7 span events, 0 counter points" in err
     mine = [line for line in err.splitlines() if line.startswith("proofscope import: read")
-            or line.startswith("proofscope import: imported")]
+            or line.startswith("proofscope import: imported")
+            or line.startswith("proofscope import: exported")]
     assert not any("1 spans" in line or "1 traces" in line for line in mine)
+    assert "exported to file: 1 span, 7 span events, 0 metric points" in err

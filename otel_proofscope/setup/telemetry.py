@@ -42,6 +42,10 @@ from otel_proofscope.pipeline.sigterm import hold_sigterm
 _log = logging.getLogger(__name__)
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 @dataclass
 class ShutdownReport:
     """What the pipeline delivered and lost, for the exit summary."""
@@ -63,11 +67,12 @@ class ShutdownReport:
     def lines(self) -> list[str]:
         out = []
         for sink, n in sorted(self.spans_exported.items()):
-            out.append(f"exported to {sink}: {n} spans, {self.events_exported.get(sink, 0)} "
-                       f"span events, {self.metric_points_exported.get(sink, 0)} metric points")
+            out.append(f"exported to {sink}: {_count(n, 'span')}, "
+                       f"{_count(self.events_exported.get(sink, 0), 'span event')}, "
+                       f"{_count(self.metric_points_exported.get(sink, 0), 'metric point')}")
         for sink, n in sorted(self.metric_points_exported.items()):
             if sink not in self.spans_exported:
-                out.append(f"exported to {sink}: {n} metric points")
+                out.append(f"exported to {sink}: {_count(n, 'metric point')}")
         if self.trace_line:
             out.append(self.trace_line)
         out += self.drop_lines
