@@ -98,14 +98,19 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from otel_proofscope.cli.outputs import check_outputs, start_fresh
-    from otel_proofscope.demo_runner import BackendUnavailableError, DemoOptions, run_demo
 
     if args.telemetry:
         problem = check_outputs(args.out, args.rerun)
         if problem:
             print(f"proofscope demo: {problem}", file=sys.stderr)
             return 2
+        if args.rerun != "off":
+            from otel_proofscope.cli.telemetry_args import prestart_export_process
+
+            prestart_export_process()
         start_fresh(args.out)  # this run's files only, like its recording
+
+    from otel_proofscope.demo_runner import BackendUnavailableError, DemoOptions, run_demo
 
     with progress_reporter(args.layers * args.repeat, per_proof=args.repeat > 1) as progress:
         options = DemoOptions(out_dir=args.out, layers=args.layers, width=args.width,

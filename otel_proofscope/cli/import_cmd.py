@@ -220,7 +220,9 @@ class Feeder:
 
 
 def run(args: argparse.Namespace) -> int:
-    from otel_proofscope.cli.telemetry_args import start_telemetry
+    from otel_proofscope.cli.telemetry_args import prestart_export_process, start_telemetry
+
+    prestart_export_process(args)  # its imports overlap ours and the argument checks
     from otel_proofscope.integrations.trace_import import chrome
     from otel_proofscope.integrations.trace_import.convert import Converter, send_order
     from otel_proofscope.ledger import DROPS

@@ -84,7 +84,9 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from otel_proofscope.cli.telemetry_args import start_telemetry
+    from otel_proofscope.cli.telemetry_args import prestart_export_process, start_telemetry
+
+    prestart_export_process(args)  # its imports overlap ours and the argument checks
     from otel_proofscope.integrations.proof_stream.sources import SourceError
     from otel_proofscope.integrations.run import RunConfig, run_process
 

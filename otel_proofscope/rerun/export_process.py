@@ -45,6 +45,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import subprocess
 import sys
 import threading
 from collections.abc import Sequence
@@ -58,7 +59,7 @@ from otel_proofscope.ledger import DROPS, DropLedger
 from otel_proofscope.otlp.sdk_fields import event_count
 from otel_proofscope.pipeline.forking import after_fork_in_child
 from otel_proofscope.pipeline.privacy import WitnessFilter, strip_witness
-from otel_proofscope.rerun import process
+from otel_proofscope.rerun import prestart, process
 from otel_proofscope.rerun.exporter_base import (
     RerunMetricExporterBase,
     RerunSpanExporterBase,
@@ -115,15 +116,16 @@ class ExportConfig:
         return tuple(name for name, on in ((OTLP_SINK, self.otlp_protocol is not None),
                                            (LEDGER_SINK, rerun)) if on)
 
-    def argv(self) -> list[str]:
+    def payload(self) -> dict[str, Any]:
+        """What the child reads: as its argument, or a prestarted child's header."""
         otlp = None if self.otlp_protocol is None else {
             "protocol": self.otlp_protocol, "timeout": self.otlp_timeout_s}
-        config: dict[str, Any] = {
-            "target": parse_target(self.rerun_target).name, "otlp": otlp,
-            "export_witness": self.export_witness, "otlp_queue": self.otlp_queue,
-            "rerun_queue": self.rerun_queue}
-        return [sys.executable, "-m", "otel_proofscope.rerun.export_worker",
-                json.dumps(config)]
+        return {"target": parse_target(self.rerun_target).name, "otlp": otlp,
+                "export_witness": self.export_witness, "otlp_queue": self.otlp_queue,
+                "rerun_queue": self.rerun_queue}
+
+    def argv(self) -> list[str]:
+        return [sys.executable, "-m", prestart.MODULE, json.dumps(self.payload())]
 
 
 class _Nowhere(SpanExporter):
@@ -147,6 +149,10 @@ class ExportWorker(RerunWorker):
         self.witness = WitnessFilter(_Nowhere(), OTLP_SINK)
         super().__init__(parse_target(config.rerun_target), queue_bytes=queue_bytes,
                          ledger=ledger, argv=config.argv())
+
+    def _spawn(self, argv: list[str]) -> subprocess.Popen[bytes]:
+        # A child a command started ahead of configure() has its imports behind it.
+        return prestart.take(self.config.payload()) or super()._spawn(argv)
 
     def _applied_report(self, report: dict[str, Any]) -> None:
         withheld = report.get("withheld")

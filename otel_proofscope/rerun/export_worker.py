@@ -48,6 +48,7 @@ from otel_proofscope.pipeline.fast_otlp import FastOTLPSpanExporter
 from otel_proofscope.pipeline.gc_policy import CollectWhenIdle
 from otel_proofscope.pipeline.privacy import WitnessFilter
 from otel_proofscope.pipeline.processor import BoundedBatchSpanProcessor
+from otel_proofscope.rerun import prestart
 from otel_proofscope.rerun.backlog import PackedBacklog
 from otel_proofscope.rerun.process import (
     CLOSE,
@@ -449,10 +450,22 @@ def otlp_exporter(config: dict[str, Any], rejections: DropLedger) -> SpanExporte
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
-        print("usage: python -m otel_proofscope.rerun.export_worker CONFIG_JSON",
-              file=sys.stderr)
+        print("usage: python -m otel_proofscope.rerun.export_worker "
+              f"CONFIG_JSON | {prestart.ARG}", file=sys.stderr)
         return 64
-    config = json.loads(args[0])
+    if args[0] == prestart.ARG:
+        # Started ahead of configure() (rerun/prestart.py): imports done, now the work.
+        try:
+            header = prestart.read_header(0)
+        except ValueError as exc:
+            print(f"proofscope: {exc}", file=sys.stderr)
+            return 2
+        if header is None:
+            return 0  # nobody took this child
+        prestart.apply_env(header.get("env"))
+        config = header["config"]
+    else:
+        config = json.loads(args[0])
     report, frames = child_pipes("export process")
     timeout = shutdown_timeout()
     # The parent's ledger logs these losses once they are reported; not twice.

@@ -167,10 +167,9 @@ class RerunWorker:
         #: Set by the child's first report: it has started and built its sinks.
         self.ready = threading.Event()
         self._warned = False
-        self.proc = subprocess.Popen(
+        self.proc = self._spawn(
             list(argv) if argv is not None
-            else [sys.executable, "-m", "otel_proofscope.rerun.worker", target.name],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, close_fds=True)
+            else [sys.executable, "-m", "otel_proofscope.rerun.worker", target.name])
         assert self.proc.stdin is not None and self.proc.stdout is not None
         self._writer = threading.Thread(target=self._write_loop, args=(self.proc.stdin,),
                                         daemon=True, name="proofscope-rerun-proc-writer")
@@ -180,6 +179,10 @@ class RerunWorker:
         self._reader.start()
         self._forked = False
         after_fork_in_child(self._after_fork_in_child)
+
+    def _spawn(self, argv: list[str]) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                close_fds=True)
 
     def _after_fork_in_child(self) -> None:
         # A forked process (a multiprocessing worker) inherits this object but not its
