@@ -148,7 +148,12 @@ def test_the_demo_prestarts_only_when_it_draws(monkeypatch: pytest.MonkeyPatch,
     from otel_proofscope.cli import main
 
     started: list[bool] = []
-    monkeypatch.setattr(prestart, "prestart", lambda: started.append(True) or True)
+
+    def fake() -> bool:
+        started.append(True)
+        return True
+
+    monkeypatch.setattr(prestart, "prestart", fake)
     assert main(["demo", "--out", str(tmp_path / "off"), "--rerun", "off",
                  "--layers", "2", "--width", "8"]) == 0
     assert started == []
