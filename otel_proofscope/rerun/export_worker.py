@@ -69,7 +69,9 @@ from otel_proofscope.rerun.target import parse_target as parse_rerun_target
 from otel_proofscope.rerun.worker import (
     Worker,
     child_pipes,
+    lower_priority,
     shutdown_timeout,
+    waited_on,
 )
 from otel_proofscope.semconv import DropReason
 
@@ -329,7 +331,8 @@ class ExportWorker(Worker):
         behind it, the CLOSE frame too (measured on 2 busy CPUs: CLOSE read 1.8 s late,
         the child killed at the deadline and its .rrd left without a footer)."""
         deadline = time.monotonic() + timeout_s
-        rerun_ok = self.sinks.flush_rerun(timeout_s)
+        with waited_on():
+            rerun_ok = self.sinks.flush_rerun(timeout_s)
         if rerun_ok:
             self._settle_rerun()
             self.report(only_if_changed=True)
@@ -488,6 +491,7 @@ def main(argv: list[str] | None = None) -> int:
                          ledger=ledger)
     worker = ExportWorker(ExportSinks(rerun, otlp, ledger), ledger, report, capacity // 2)
     worker.report()  # ready: the parent tells a child that never started from one that hung
+    lower_priority()
     worker.collector = CollectWhenIdle(worker.activity).start()
     return worker.run(frames, timeout)
 
