@@ -567,3 +567,23 @@ def test_collector_file_with_metrics_lines_compares_its_spans(runs: dict[str, Pa
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
     assert doc["candidate"]["bad_lines"] == 0 and doc["candidate"]["proofs"] == PROOFS
+
+
+def test_the_gantt_chart_is_framed_on_every_box_of_both_runs() -> None:
+    """issue 30: the viewer's own fit cut the candidate's longest bars at the right edge."""
+    from otel_proofscope.diff import rerun_view
+
+    base, _ = smp.split_proofs(_file({}, 0, proofs=6).spans)
+    heavy, _ = smp.split_proofs(_file({"MatMul": 3.0, "Mul": 2.0}, 1, proofs=6).spans)
+    views = rerun_view.layout({"base": base, "candidate": heavy}, contract=True)
+    bounds = rerun_view.gantt_bounds(views)
+    assert bounds is not None
+    (x0, x1), (y0, y1) = bounds
+    boxes = [(x, y, w, h) for v in views
+             for (x, y), (w, h) in zip(v.gantt.mins, v.gantt.sizes, strict=True)]
+    right = max(x + w for x, _, w, _ in boxes)
+    assert all(x0 < x and x + w < x1 and y0 < y and y + h < y1 for x, y, w, h in boxes)
+    # The candidate's longest proof sets the right edge, with a margin of a few percent.
+    assert right < x1 <= right + 0.05 * (right - x0)
+    assert rerun_view.gantt_bounds([]) is None
+    rerun_view.diff_blueprint(views)  # a valid blueprint with those bounds

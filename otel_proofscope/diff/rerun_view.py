@@ -26,6 +26,7 @@ import os
 import statistics
 import uuid
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -163,10 +164,30 @@ def layout(runs: dict[str, list[Proof]], contract: bool) -> list[RunView]:
     return views
 
 
-def diff_blueprint() -> rrb.Blueprint:
+def gantt_bounds(views: Sequence[RunView]) -> tuple[tuple[float, float],
+                                                   tuple[float, float]] | None:
+    """The Gantt chart's extent, every run's boxes, with a small margin (x: ms, y: lane
+    units); None without boxes. The viewer's own fit cut the candidate's longest bars
+    at the right edge (issue 30's diff-rerun.png)."""
+    boxes = [(x, y, w, h) for v in views
+             for (x, y), (w, h) in zip(v.gantt.mins, v.gantt.sizes, strict=True)]
+    if not boxes:
+        return None
+    x0, x1 = min(b[0] for b in boxes), max(b[0] + b[2] for b in boxes)
+    y0, y1 = min(b[1] for b in boxes), max(b[1] + b[3] for b in boxes)
+    mx, my = max((x1 - x0) * 0.03, 1e-6), max((y1 - y0) * 0.03, 1e-6)
+    return (x0 - mx, x1 + mx), (y0 - my, y1 + my)
+
+
+def diff_blueprint(views: Sequence[RunView] = ()) -> rrb.Blueprint:
     """Progress above the Gantt chart, the diff table beside them (full height, so the
-    table is not cut); side and time panels collapsed like every recording's."""
+    table is not cut); side and time panels collapsed like every recording's. With
+    ``views``, the Gantt chart is framed on all their boxes."""
     import rerun.blueprint as rrb
+
+    bounds = gantt_bounds(views)
+    visual_bounds = None if bounds is None else rrb.VisualBounds2D(
+        x_range=bounds[0], y_range=bounds[1])
 
     from otel_proofscope.rerun.blueprint import LEGEND, panels
 
@@ -178,7 +199,7 @@ def diff_blueprint() -> rrb.Blueprint:
                     origin="/diff/progress", plot_legend=LEGEND),
                 rrb.Spatial2DView(
                     name="Median proof, ms since start (base above candidate)",
-                    origin="/diff/gantt",
+                    origin="/diff/gantt", visual_bounds=visual_bounds,
                     time_ranges=[rrb.VisibleTimeRange(
                         PROOF_TIME, start=rrb.TimeRangeBoundary.infinite(),
                         end=rrb.TimeRangeBoundary.cursor_relative())]),
@@ -203,7 +224,7 @@ def write(target: str, views: list[RunView], summary_md: str) -> str:
     if t.kind == "off":
         return "off"
     rec = rr.RecordingStream(APP_ID, recording_id=str(uuid.uuid4()))
-    blueprint = diff_blueprint()
+    blueprint = diff_blueprint(views)
     if t.kind == "file":
         Path(t.path).parent.mkdir(parents=True, exist_ok=True)
         # Refuses a link or a non-file planted at the path (Rerun would follow it); one

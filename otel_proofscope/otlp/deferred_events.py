@@ -195,6 +195,14 @@ class DeferredEvents(BoundedList):  # type: ignore[type-arg]
                 self._fields = (seen, out)
         return out
 
+    def fields_if_built(self) -> list[EventFields] | None:
+        """What :meth:`fields` would give, if it was read since the last change; else
+        None (and nothing is built)."""
+        with self._lock:
+            seen = (len(self._dq), self.dropped)
+            cached = self._fields
+        return cached[1] if cached is not None and cached[0] == seen else None
+
     def names(self) -> list[str]:
         """The name of every item, oldest first, records unbuilt when they all share a
         name known in advance (``record_name``)."""

@@ -50,15 +50,16 @@ class SpanQueue(Protocol):
 class _Held:
     """A frame's spans from ``skip`` on (the first ``skip`` went straight in)."""
 
-    __slots__ = ("events", "payload", "skip", "spans", "witness")
+    __slots__ = ("clean", "events", "payload", "skip", "spans", "witness")
 
     def __init__(self, payload: bytes, skip: int, spans: int, events: int,
-                 witness: bool) -> None:
+                 witness: bool, clean: bool = False) -> None:
         self.payload = payload
         self.skip = skip
         self.spans = spans
         self.events = events
         self.witness = witness
+        self.clean = clean  # no record of the frame was refused by its first unpack
 
 
 class PackedBacklog:
@@ -82,9 +83,11 @@ class PackedBacklog:
         self.peak_bytes = 0
 
     def submit(self, spans: Sequence[ReadableSpan], payload: bytes, *,
-               witness: bool = False) -> None:
+               witness: bool = False, clean: bool = False) -> None:
         """``spans`` (unpacked from ``payload``, invalid ones already left out and
-        counted): to the sink now if it has room and nothing waits, else held."""
+        counted): to the sink now if it has room and nothing waits, else held.
+        ``clean``: none was left out, so a held frame is unpacked again without
+        building its round events' fields (the Rerun translations read them unbuilt)."""
         if not spans:
             return
         with self._cond:
@@ -97,7 +100,7 @@ class PackedBacklog:
                     reason = DropReason.SHUTDOWN if self._closed else DropReason.QUEUE_FULL
                     self._lose(len(rest), events, reason)
                 else:
-                    self._held.append(_Held(payload, now, len(rest), events, witness))
+                    self._held.append(_Held(payload, now, len(rest), events, witness, clean))
                     self._bytes += len(payload)
                     self.peak_bytes = max(self.peak_bytes, self._bytes)
                     self._start()
@@ -160,8 +163,10 @@ class PackedBacklog:
                 self._cond.notify_all()
 
     def _hand_over(self, held: _Held) -> None:
-        # The same spans as the first unpack (its rejections were counted then).
-        spans = span_wire.unpack_spans(held.payload).spans[held.skip:]
+        # The same spans as the first unpack (its rejections were counted then); a frame
+        # with none refused needs no second build of its rounds' fields to be the same.
+        spans = span_wire.unpack_spans(held.payload,
+                                       build_fields=not held.clean).spans[held.skip:]
         while spans:
             n = self._sink.fits(spans)
             if n:

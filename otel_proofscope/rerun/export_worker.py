@@ -202,10 +202,11 @@ class ExportSinks:
         return len(spans)
 
     def submit_frame(self, spans: Sequence[ReadableSpan], payload: bytes,
-                     witness: bool) -> None:
-        """The spans of one frame, with the frame itself (what the backlog keeps)."""
+                     witness: bool, *, clean: bool = False) -> None:
+        """The spans of one frame, with the frame itself (what the backlog keeps);
+        ``clean``: every record of the frame unpacked (none refused)."""
         if self.backlog is not None:
-            self.backlog.submit(spans, payload, witness=witness)
+            self.backlog.submit(spans, payload, witness=witness, clean=clean)
         if self.otlp is not None:
             self.otlp.submit(spans)
 
@@ -303,8 +304,8 @@ class ExportWorker(Worker):
             self.report(only_if_changed=True)
 
     def _submit_spans(self, spans: Sequence[ReadableSpan], payload: bytes,
-                      witness: bool) -> None:
-        self.sinks.submit_frame(spans, payload, witness)
+                      witness: bool, *, clean: bool = False) -> None:
+        self.sinks.submit_frame(spans, payload, witness, clean=clean)
 
     def handle(self, kind: int, count: int, extra: int, payload: bytes) -> None:
         if kind == CLOSE:  # sent ahead of the frames still queued in the parent

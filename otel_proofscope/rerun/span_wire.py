@@ -376,8 +376,13 @@ class FrameError(ValueError):
     """The frame as a whole cannot be read (its records are all lost)."""
 
 
-def unpack_spans(data: bytes) -> Unpacked:
-    """The spans of a frame. A malformed record is refused and counted, not fatal."""
+def unpack_spans(data: bytes, *, build_fields: bool = True) -> Unpacked:
+    """The spans of a frame. A malformed record is refused and counted, not fatal.
+
+    ``build_fields=False``: a frame whose records all unpacked once already (the export
+    process's Rerun backlog reads its held frames again): round records are not built
+    into event fields here (~3.4 µs a round), since the Rerun translations read them
+    unbuilt; a record that cannot be built was refused by the first unpack."""
     try:
         version, records, *rest = marshal.loads(data)
     except (EOFError, ValueError, TypeError) as exc:
@@ -390,7 +395,7 @@ def unpack_spans(data: bytes) -> Unpacked:
         resources, scopes = _tables(rest)
 
         def make(r: Any) -> ReadableSpan:
-            return _span_full(r, resources, scopes)
+            return _span_full(r, resources, scopes, build_fields)
     else:
         make = _span
     out = Unpacked()
@@ -508,7 +513,8 @@ def _bounded(items: list[Any] | DeferredEvents, dropped: Any) -> Any:
 
 
 def _span_full(r: Any, resources: list[Resource | None],
-               scopes: list[InstrumentationScope | None]) -> ReadableSpan:
+               scopes: list[InstrumentationScope | None],
+               build_fields: bool = True) -> ReadableSpan:
     if type(r) is not tuple or len(r) != _FULL_RECORD_LEN:
         raise ValueError(f"expected a {_FULL_RECORD_LEN}-tuple, got {type(r).__name__}")
     (name, trace_id, span_id, parent_id, kind, start, end, code, description, attributes,
@@ -530,7 +536,7 @@ def _span_full(r: Any, resources: list[Resource | None],
         status = _OK
     else:
         status = Status(StatusCode(code), description)
-    evs = _events_with_rounds(events, _event_full, dropped_events)
+    evs = _events_with_rounds(events, _event_full, dropped_events, build_fields)
     lks = [_link(lk) for lk in links]
     return ReadableSpan(
         name, SpanContext(trace_id, span_id, False, trace_flags, _trace_state(state)),
@@ -540,7 +546,7 @@ def _span_full(r: Any, resources: list[Resource | None],
 
 
 def _events_with_rounds(entries: tuple[Any, ...], read_event: Any,
-                        dropped: Any = 0) -> list[Any] | DeferredEvents:
+                        dropped: Any = 0, build_fields: bool = True) -> list[Any] | DeferredEvents:
     """A record's events (each read by ``read_event``). With round records, a deferred
     list like the sender's (its builder, its limits), whose fields are built here (a
     record that cannot be built refuses its span only) and read by the OTLP encoder and
@@ -574,7 +580,8 @@ def _events_with_rounds(entries: tuple[Any, ...], read_event: Any,
         deferred = DeferredEvents.rebuilt(items, _round_event, *limits, _ROUND_NAME,
                                           records=rounds)
         deferred.dropped = int(dropped)  # before the fields, which are read at a count
-        deferred.fields()
+        if build_fields:
+            deferred.fields()
         return deferred
     except Exception as exc:  # whatever bytes arrive: this record is refused, not the frame
         raise ValueError(f"a round record cannot be built: {exc!r}") from None

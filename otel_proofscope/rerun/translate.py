@@ -51,7 +51,6 @@ from otel_proofscope import fields
 from otel_proofscope.fields import M31
 from otel_proofscope.otlp.sdk_fields import (
     events_at,
-    events_fields,
     span_attributes,
     span_events,
     span_events_unread,
@@ -67,6 +66,7 @@ from otel_proofscope.rerun.model import (
     kind_seconds_rows,
     progress_rows,
 )
+from otel_proofscope.rerun.round_outline import outline
 from otel_proofscope.semconv import Attr, EventName, LayerKind, SpanName, StreamAttr
 
 #: Shared, accumulating walk entities (the blueprint gives them a visible time range).
@@ -701,9 +701,10 @@ class SpanTranslator:
         nan, m31 = math.nan, M31
         other_at: list[int] = []
         # The hot loop of a batch: one pass, plain dicts, the fingerprint's fast path
-        # inline; round records are read without building an Event each.
+        # inline; round records are read without building an Event or their OTLP
+        # attributes each (round_outline).
         events = span_events_unread(span)
-        for i, (ev_name, t, a, _) in enumerate(events_fields(events)):
+        for i, (ev_name, t, a, _) in enumerate(outline(events)):
             if ev_name != name:
                 other_at.append(i)
                 continue
@@ -721,7 +722,9 @@ class SpanTranslator:
                 continue
             claim = a.get(claim_key)
             fp = nan
-            if type(claim) is str:
+            if type(claim) is int:  # a record's claim, unformatted: str(claim)'s value
+                fp = (claim % m31) / m31
+            elif type(claim) is str:
                 head = claim[1:claim.find(",")] if claim[:1] == "(" and "," in claim else claim
                 try:
                     fp = (int(head) % m31) / m31

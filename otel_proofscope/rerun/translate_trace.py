@@ -64,7 +64,7 @@ import numpy as np
 import rerun as rr
 from opentelemetry.sdk.resources import SERVICE_NAME
 
-from otel_proofscope.otlp.sdk_fields import events_fields, span_attributes, span_events_unread
+from otel_proofscope.otlp.sdk_fields import span_attributes, span_events_unread
 from otel_proofscope.rerun.columns import PROOF_TIME, Frame
 from otel_proofscope.rerun.flame import (
     BOX_HALF_HEIGHT,
@@ -79,6 +79,7 @@ from otel_proofscope.rerun.flame import (
     Placed,
     fit_label,
 )
+from otel_proofscope.rerun.round_outline import full, outline
 from otel_proofscope.semconv import Attr, EventName
 
 FLAME = "trace/flame"
@@ -857,7 +858,7 @@ class TraceTranslator:
         if attrs:
             text += " · " + attrs
         try:  # the SDK's own events (every received or recorded one): one read each
-            fields = events_fields(rec.events) if rec.events else []
+            fields = outline(rec.events) if rec.events else []
         except Exception:  # a hostile object: read it defensively, field by field
             fields = [(getattr(ev, "name", ""), getattr(ev, "timestamp", None), _attrs(ev), 0)
                       for ev in rec.events]
@@ -926,9 +927,9 @@ class TraceTranslator:
         if not summarized:
             return ""
         if summarized == 1:
-            return f" · 1 event: {_event_text(first)}"
-        return (f" · {summarized} events, first: {_event_text(first)}; "
-                f"last: {_event_text(last)}")
+            return f" · 1 event: {_event_text(full(first))}"
+        return (f" · {summarized} events, first: {_event_text(full(first))}; "
+                f"last: {_event_text(full(last))}")
 
     def _emit(self, frame: Frame, issues: TraceIssues) -> None:
         boxes: dict[str, _Boxes] = {}

@@ -167,10 +167,10 @@ class Worker:
         got_events = sum(map(event_count, batch.spans))
         self._lose_spans(count - len(batch.spans), events - got_events, DropReason.INVALID)
         self._make_room(len(batch.spans))
-        self._submit_spans(batch.spans, payload, witness)
+        self._submit_spans(batch.spans, payload, witness, clean=not batch.rejected_spans)
 
     def _submit_spans(self, spans: Sequence[ReadableSpan], payload: bytes,
-                      witness: bool) -> None:
+                      witness: bool, *, clean: bool = False) -> None:
         self.sink.submit_spans(spans, witness=witness)
 
     def _metrics(self, points: int, payload: bytes) -> None:

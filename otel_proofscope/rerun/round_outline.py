@@ -1,0 +1,75 @@
+"""A span's events as the Rerun translations read them, its round records unformatted.
+
+Why: the walk needs of each round only its time, index, claim and error, and the trace
+view's span log only the first and the last event in full. Building every round's OTLP
+attributes (its polynomial's coefficients as canonical strings, ~3.4 µs a round) for
+that was the largest share of the export process's Rerun cost on a round-heavy burst:
+the backlog's second unpack of a held frame builds nothing now (``span_wire.
+unpack_spans(build_fields=False)``), and these readers build nothing either.
+
+:func:`outline` gives ``(name, timestamp, attributes, dropped)`` per event, as
+``events_fields`` does, except that a round record's attributes hold only the round,
+the claim (as the prover gave it: an ``int``, an int-limb tuple's canonical string, or
+a canonical string) and the error, and its fourth field is the record itself, so that
+:func:`full` can build the exact event where one is shown whole.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from otel_proofscope.fields import canonical_checked
+from otel_proofscope.instrumentation import round_event
+from otel_proofscope.otlp.deferred_events import DeferredEvents
+from otel_proofscope.otlp.sdk_fields import event_fields, events_fields
+from otel_proofscope.semconv import Attr, EventName
+
+#: The most attributes a round event has (round, degree, poly, challenge, claim, error):
+#: with a limit at least this, or none, the SDK's limits change nothing in it.
+ROUND_EVENT_ATTRS = 6
+_NAME = EventName.SUMCHECK_ROUND
+_ROUND, _CLAIM, _ERROR = Attr.SUMCHECK_ROUND, Attr.CLAIM, Attr.ERROR_TYPE
+
+
+def outline(events: Sequence[Any]) -> list[tuple[Any, Any, Any, Any]]:
+    """The events' fields, round records outlined (see the module); fields already built
+    as they are, and any other list (or a deferred one whose limits could change a round
+    event) as ``events_fields`` reads it."""
+    if type(events) is not DeferredEvents or events.builder is not round_event:
+        return events_fields(events)
+    built = events.fields_if_built()  # the OTLP encoder's, in the export process
+    if built is not None:
+        return built
+    max_attrs, max_len = events.limits
+    if max_len is not None or (max_attrs is not None and max_attrs < ROUND_EVENT_ATTRS):
+        return events_fields(events)
+    out: list[tuple[Any, Any, Any, Any]] = []
+    append = out.append
+    name, round_key, claim_key, error_key = _NAME, _ROUND, _CLAIM, _ERROR
+    for x in events.items():
+        if type(x) is not tuple:
+            append(event_fields(x))
+            continue
+        # The record's layout is instrumentation.round_event's:
+        # (time, round, degree, poly, claim, challenge, error, deferred).
+        claim, error, deferred = x[4], x[6], x[7]
+        if deferred and claim is not None and type(claim) is not int:
+            claim = canonical_checked(claim)  # an int-limb tuple, as the event shows it
+        attrs: dict[str, Any] = {round_key: x[1]}
+        if claim is not None:
+            attrs[claim_key] = claim
+        if error is not None:
+            attrs[error_key] = error
+        append((name, x[0], attrs, x))
+    return out
+
+
+def full(item: tuple[Any, Any, Any, Any]) -> tuple[Any, Any, Any, Any]:
+    """The exact fields of one :func:`outline` item (a round record built as the OTLP
+    encoder builds it); any other item as it is."""
+    record = item[3]
+    if type(record) is not tuple:
+        return item
+    name, attrs = round_event(record)
+    return name, record[0], attrs, 0
