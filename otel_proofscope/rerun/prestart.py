@@ -59,7 +59,7 @@ def prestart() -> bool:
             _waiting = subprocess.Popen([sys.executable, "-m", MODULE, ARG],
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                         close_fds=True, process_group=0)
-        except OSError:
+        except (OSError, ValueError):  # no process groups (Windows): configure() starts it
             return False
         _env_at_start = dict(os.environ)
     return True
