@@ -170,12 +170,12 @@ class DeferredEvents(BoundedList):  # type: ignore[type-arg]
         translations need only these, and half of a record's cost is the ``Event``. The
         fields are exactly those of the event :meth:`events` would build; read once while
         nothing is added (the caller must not change them)."""
+        cached = self.fields_if_built()
+        if cached is not None:
+            return cached
         with self._lock:
             items = list(self._dq)
             seen = (len(self._dq), self.dropped)
-            cached = self._fields
-        if cached is not None and cached[0] == seen:
-            return cached[1]
         build = self._build
         max_attrs = self._max_attrs
         as_built = self._max_len is None  # else every record is truncated as the SDK does

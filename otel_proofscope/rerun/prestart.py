@@ -56,12 +56,13 @@ def prestart() -> bool:
             # A process group of its own: a Ctrl-C while it imports (before it can
             # ignore SIGINT as every child of the prover does) must not print a
             # KeyboardInterrupt traceback; the parent stops it by closing its stdin.
+            env = dict(os.environ)  # what the child starts with: take() sends the changes
             _waiting = subprocess.Popen([sys.executable, "-m", MODULE, ARG],
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                        close_fds=True, process_group=0)
+                                        close_fds=True, process_group=0, env=env)
         except (OSError, ValueError):  # no process groups (Windows): configure() starts it
             return False
-        _env_at_start = dict(os.environ)
+        _env_at_start = env
     return True
 
 
