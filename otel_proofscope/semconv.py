@@ -235,6 +235,9 @@ class RustAttr:
     AMBIGUOUS_PARENT = "proofscope.rust.ambiguous_parent"
     #: tracing-forest tree without open times: the span's position is not measured.
     PACKED = "proofscope.rust.packed"
+    #: Close line without a timestamp, read together with a later sibling's: moved to end
+    #: where that sibling starts (its length is measured, its position is not).
+    PLACED_BY_CLOSE_ORDER = "proofscope.rust.placed_by_close_order"
     #: A tracing-forest event's tag (``info``, ``security.critical``…).
     FOREST_TAG = "tracing_forest.tag"
 

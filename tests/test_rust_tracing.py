@@ -205,6 +205,60 @@ def test_same_path_same_fields_concurrently_is_placed_by_time_and_flagged() -> N
     assert s2.children[0].ambiguous and a.stats.ambiguous == 1
 
 
+ROUNDS_READ_TOGETHER = [" INFO p:zc:round: close time.busy=3.00ms time.idle=0ns round=0",
+                        " INFO p:zc:round: close time.busy=3.10ms time.idle=0ns round=1",
+                        " INFO p:zc:round: close time.busy=2.90ms time.idle=0ns round=2",
+                        " INFO p:zc: close time.busy=9.50ms time.idle=0ns",
+                        " INFO p: close time.busy=10.0ms time.idle=0ns"]
+
+
+def _rounds(tree: Rebuilt) -> list[Rebuilt]:
+    (zc,) = tree.children
+    return zc.children
+
+
+def test_siblings_read_together_are_laid_out_in_close_order() -> None:
+    # No timestamps, one read: every line ends at the same instant, so round 1 (the
+    # longest) would seem to start first. One thread runs them one after another.
+    e = 10**9
+    (tree,), _ = _assemble(ROUNDS_READ_TOGETHER, [e] * 5)
+    rounds = _rounds(tree)
+    assert [dict(r.fields)["round"] for r in rounds] == ["0", "1", "2"]
+    assert [(r.start_ns, r.end_ns) for r in rounds] == [
+        (e - 9_000_000, e - 6_000_000), (e - 6_000_000, e - 2_900_000), (e - 2_900_000, e)]
+    assert [r.placed_by_order for r in rounds] == [True, True, False]
+
+
+def test_siblings_read_apart_keep_their_derived_times() -> None:
+    e = 10**9
+    (tree,), _ = _assemble(ROUNDS_READ_TOGETHER, [e, e + 1, e + 2, e + 3, e + 3])
+    rounds = _rounds(tree)
+    assert [r.end_ns for r in sorted(rounds, key=lambda r: r.seq)] == [e, e + 1, e + 2]
+    assert not any(r.placed_by_order for r in rounds)
+
+
+def test_siblings_on_two_threads_read_together_may_overlap() -> None:
+    lines = [" INFO ThreadId(02) p:zc:round: close time.busy=3.00ms time.idle=0ns",
+             " INFO ThreadId(03) p:zc:round: close time.busy=3.10ms time.idle=0ns",
+             " INFO ThreadId(01) p:zc: close time.busy=9.00ms time.idle=0ns",
+             " INFO ThreadId(01) p: close time.busy=10.0ms time.idle=0ns"]
+    (tree,), _ = _assemble(lines, [10**9] * 4)
+    assert [r.line.thread_id for r in _rounds(tree) if r.line] == [3, 2]
+    assert {r.end_ns for r in _rounds(tree)} == {10**9}
+    assert not any(r.placed_by_order for r in _rounds(tree))
+
+
+def test_close_order_never_moves_a_child_out_of_its_parent() -> None:
+    # Read together, but laid end to end they would not fit in zc (9.5 ms > 5 ms): they
+    # overlapped (threads not printed), so they stay as derived.
+    lines = [*ROUNDS_READ_TOGETHER[:3], " INFO p:zc: close time.busy=5.00ms time.idle=0ns",
+             ROUNDS_READ_TOGETHER[4]]
+    (tree,), _ = _assemble(lines, [10**9] * 5)
+    rounds = _rounds(tree)
+    assert min(r.start_ns for r in rounds) >= 10**9 - 5_050_000
+    assert not any(r.placed_by_order for r in rounds)
+
+
 def test_parents_that_never_close_are_made_up_and_marked() -> None:
     lines = [" INFO prove:core:shard{shard=0}:a: close time.busy=1.00s time.idle=0ns",
              " INFO prove:core:shard{shard=1}:a: close time.busy=1.00s time.idle=0ns"]

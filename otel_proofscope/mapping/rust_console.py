@@ -190,6 +190,8 @@ class RustTracingConsole:
             attrs[LineAttr.UNTERMINATED] = True
         if node.ambiguous:
             attrs[RustAttr.AMBIGUOUS_PARENT] = True
+        if node.placed_by_order:
+            attrs[RustAttr.PLACED_BY_CLOSE_ORDER] = True
         attrs[Attr.PROOFSCOPE_TIMING] = Timing.LOG_CLOSE
         attrs[Attr.MAPPING_RULES] = NAME
         span = self._tracer.start_span(node.name, context=trace.set_span_in_context(parent),

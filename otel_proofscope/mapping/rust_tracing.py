@@ -330,6 +330,11 @@ class Rebuilt:
     #: Claimed by a parent although another open parent with the same path and fields
     #: could have been its parent as well.
     ambiguous: bool = False
+    #: Position in the output (close order), the only order left when ends are arrivals.
+    seq: int = 0
+    #: Moved earlier to end where the sibling that closed after it starts (see
+    #: ``_place_by_close_order``): its length is measured, its position is not.
+    placed_by_order: bool = False
 
     def walk(self) -> Iterator[Rebuilt]:
         yield self
@@ -381,7 +386,7 @@ class SpanAssembler:
         node = Rebuilt(name=line.name, path=line.path,
                        start_ns=end_ns - line.busy_ns - line.idle_ns, end_ns=end_ns,
                        fields=line.path_fields[-1] if line.path_fields[-1] else line.tail,
-                       line=line, stamped=stamped)
+                       line=line, stamped=stamped, seq=self.stats.spans)
         self.stats.spans += 1
         self._claim(node)
         return self._place(node)
@@ -447,7 +452,41 @@ class SpanAssembler:
         for c in children:
             if c.line is not None and c.line.tail and scope:
                 c.fields = _own_fields(c.line.tail, scope)
+        _place_by_close_order(parent, children)
         parent.children = sorted([*parent.children, *children], key=lambda c: c.start_ns)
+
+
+def _place_by_close_order(parent: Rebuilt, children: Sequence[Rebuilt]) -> None:
+    """Siblings whose lines were read together, laid end to end in the order they closed.
+
+    Without a timestamp a span ends when its line was read, and lines read in one chunk
+    share that end: siblings then overlap, and the one that ran longer seems to start
+    first. Their close order is the only order the read left, and one thread runs
+    siblings one after another, so each earlier-closed one is moved to end where the next
+    one starts (its subtree with it), when that keeps it inside the parent. Lines read
+    apart keep their derived times, and so do siblings on different threads (when the
+    lines print threads) and stamped ones.
+    """
+    chain = sorted((c for c in children if not c.stamped and c.line is not None),
+                   key=lambda c: c.seq)
+    read_at = [c.end_ns for c in chain]
+    floor = parent.start_ns - (parent.end_ns - parent.start_ns) // 100
+    for i in range(len(chain) - 2, -1, -1):
+        earlier, later = chain[i], chain[i + 1]
+        assert earlier.line is not None and later.line is not None
+        if read_at[i] != read_at[i + 1] or _thread(earlier.line) != _thread(later.line):
+            continue
+        shift = earlier.end_ns - later.start_ns
+        if shift <= 0 or earlier.start_ns - shift < floor:
+            continue
+        for n in earlier.walk():
+            n.start_ns -= shift
+            n.end_ns -= shift
+        earlier.placed_by_order = True
+
+
+def _thread(line: CloseLine) -> tuple[int | None, str | None]:
+    return line.thread_id, line.thread_name
 
 
 def _own_fields(child_scope: Fields, parent_scope: Fields) -> Fields:
