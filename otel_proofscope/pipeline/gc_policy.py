@@ -3,7 +3,7 @@ the Rerun worker and the export process (never in a prover's process: that is th
 prover's to tune).
 
 Why: those processes decode spans all day, and the spans they hold (a burst waiting to
-be drawn: up to the 128 MiB child queue) are long-lived containers. CPython's collector
+be drawn: the export process's queues and backlog) are long-lived containers. CPython's collector
 walks every young container at least once, and the older generations again and again,
 though nothing in them is ever cyclic garbage: the spans, their events and their
 attribute dicts are freed by reference counting. Measured in the export process after a

@@ -13,7 +13,9 @@ a stopped OTLP gRPC receiver on loopback). Here:
   sink's export at once and let their I/O overlap instead of running them in turn;
 * the queue is bounded twice: in spans, and in estimated bytes (:func:`estimate_bytes`),
   because a span's size varies ~10x with its events: 8,192 layer spans of 32 round
-  events each hold ~250 MB, far past the memory a dead collector may cost;
+  events each hold ~250 MB, far past the memory a dead collector may cost; in the export
+  process the bytes also count against a budget shared with the Rerun view's queues
+  (:mod:`otel_proofscope.pipeline.budget`);
 * every loss (queue full, export failed, shutdown deadline) is counted exactly, in
   spans and in span events, in the process-wide :data:`DROPS` ledger;
 * ``force_flush`` and ``shutdown`` honour their deadline even when the exporter hangs:
@@ -37,6 +39,7 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from otel_proofscope.ledger import DROPS, DropLedger
 from otel_proofscope.otlp.sdk_fields import event_count, span_attributes
+from otel_proofscope.pipeline.budget import ByteBudget
 from otel_proofscope.pipeline.forking import after_fork_in_child
 from otel_proofscope.semconv import DropReason
 
@@ -111,6 +114,7 @@ class BoundedBatchSpanProcessor(SpanProcessor):
         max_batch_size: int = 512,
         schedule_delay_s: float = 0.5,
         ledger: DropLedger = DROPS,
+        budget: ByteBudget | None = None,
     ) -> None:
         if max_queue_size < 1 or max_batch_size < 1 or (max_queue_bytes or 1) < 1:
             raise ValueError("max_queue_size, max_queue_bytes and max_batch_size must be "
@@ -125,6 +129,8 @@ class BoundedBatchSpanProcessor(SpanProcessor):
         self._delay = schedule_delay_s
         self._ledger = ledger
         self._init_state()
+        #: Shared with the other queues of the process (the export process's), if any.
+        self._budget = None if budget is None else budget.share(lambda: self._queued_bytes)
         # A child process must not re-export what its parent already queued. Its worker
         # (threads do not survive fork) starts again on its first span.
         after_fork_in_child(self._init_state)
@@ -164,7 +170,8 @@ class BoundedBatchSpanProcessor(SpanProcessor):
             return
         size = estimate_bytes(span)
         # An empty queue takes any span, however large: it would never fit otherwise.
-        if self._queued_bytes + size > self._max_bytes and queue:
+        if queue and (self._queued_bytes + size > self._max_bytes or (
+                self._budget is not None and self._budget.room() < size)):
             self._lose([span], DropReason.QUEUE_FULL)
             return
         with self._bytes_lock:

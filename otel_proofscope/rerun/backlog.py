@@ -8,10 +8,11 @@ cost ~2.5 KB each with 4 round events and ~7.4 KB with 16; their packed frame ~5
 ~1.5 KB. So the backlog keeps the frame bytes, a feeder thread unpacks each again when
 the sink has room, and the spans reach the view late instead of not at all.
 
-Bounded: at most :data:`MAX_BYTES` of frames; a frame past that is counted lost for the
-Rerun sink (``queue_full``), as is whatever still waits when :meth:`PackedBacklog.close`
-runs out of time (``shutdown``). Order is kept: while anything waits, new frames queue
-behind it.
+Bounded: at most :data:`MAX_BYTES` of frames, and in the export process no more than its
+shared byte budget leaves (:mod:`otel_proofscope.pipeline.budget`); a frame past that is
+counted lost for the Rerun sink (``queue_full``), as is whatever still waits when
+:meth:`PackedBacklog.close` runs out of time (``shutdown``). Order is kept: while
+anything waits, new frames queue behind it.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 
 from otel_proofscope.ledger import DropLedger
 from otel_proofscope.otlp.sdk_fields import event_count
+from otel_proofscope.pipeline.budget import ByteBudget
 from otel_proofscope.rerun import span_wire
 from otel_proofscope.rerun.target import LEDGER_SINK
 from otel_proofscope.semconv import DropReason
@@ -67,7 +69,8 @@ class PackedBacklog:
     packed, in order, until a feeder thread can hand them over."""
 
     def __init__(self, sink: SpanQueue, ledger: DropLedger, *,
-                 max_bytes: int = MAX_BYTES, poll_s: float = POLL_S) -> None:
+                 max_bytes: int = MAX_BYTES, poll_s: float = POLL_S,
+                 budget: ByteBudget | None = None) -> None:
         self._sink = sink
         self._ledger = ledger
         self._max_bytes = max(1, max_bytes)
@@ -81,6 +84,8 @@ class PackedBacklog:
         self._thread: threading.Thread | None = None
         #: The most bytes held at once (a figure for tests and benchmarks).
         self.peak_bytes = 0
+        #: Shared with the other queues of the process (the export process's), if any.
+        self._budget = None if budget is None else budget.share(lambda: self._bytes)
 
     def submit(self, spans: Sequence[ReadableSpan], payload: bytes, *,
                witness: bool = False, clean: bool = False) -> None:
@@ -96,7 +101,8 @@ class PackedBacklog:
             if now < len(spans):
                 rest = spans[now:]
                 events = sum(map(event_count, rest))
-                if self._closed or self._bytes + len(payload) > self._max_bytes:
+                if self._closed or self._bytes + len(payload) > self._max_bytes or (
+                        self._budget is not None and self._budget.room() < len(payload)):
                     reason = DropReason.SHUTDOWN if self._closed else DropReason.QUEUE_FULL
                     self._lose(len(rest), events, reason)
                 else:

@@ -18,9 +18,12 @@ process does the rest: it unpacks each frame once and hands the same spans to
   is configured).
 
 Neither sink waits for the other: a dead collector fills only the OTLP stage's queue,
-and a Rerun view slower than the prover fills only the Rerun sink's queue (each drops
-what does not fit, counted under its own sink). So the frame loop never blocks on a
-sink and reads frames as fast as they come.
+and a Rerun view slower than the prover fills only the Rerun sink's queue and the
+packed backlog in front of it (each drops what does not fit, counted under its own
+sink). So the frame loop never blocks on a sink and reads frames as fast as they come.
+The three queues share one byte budget (:data:`BUDGET_BYTES`, issue 29 decision 6): the
+Rerun sink's queue keeps its part reserved, the OTLP stage may hold at most
+:data:`OTLP_QUEUE_BYTES` of it, and the backlog what is left.
 
 Reports (JSON lines on the private stdout) add to the Rerun worker's what each sink has
 settled (``sink_settled``: exported or counted lost) and the witness events the OTLP
@@ -44,6 +47,7 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from otel_proofscope.ledger import DropLedger
 from otel_proofscope.otlp.sdk_fields import event_count
+from otel_proofscope.pipeline.budget import ByteBudget
 from otel_proofscope.pipeline.fast_otlp import FastOTLPSpanExporter
 from otel_proofscope.pipeline.gc_policy import CollectWhenIdle
 from otel_proofscope.pipeline.privacy import WitnessFilter
@@ -59,7 +63,6 @@ from otel_proofscope.rerun.process import (
     Counts,
 )
 from otel_proofscope.rerun.sink import (
-    CHILD_QUEUE_BYTES,
     DEFAULT_QUEUE,
     RerunSink,
     SinkStats,
@@ -81,6 +84,15 @@ OTLP_SINK = "otlp"
 #: How often the child reports progress unasked: what it settled since is what the
 #: parent would count lost (not delivered) if the child were killed at the deadline.
 REPORT_INTERVAL_S = 0.25
+#: The bytes the three queues hold together (estimated for unpacked spans, exact for
+#: packed frames); issue 29 decision 6 allows +64 MB of RSS for prover and export
+#: process together (``python benchmarks/bench_memory.py --routes export``).
+BUDGET_BYTES = 48 * 2**20
+#: The Rerun sink's queue: a few batches for the translation (it takes a quarter at a
+#: time); a burst waits packed in the backlog, ~5x smaller than unpacked.
+RERUN_QUEUE_BYTES = 24 * 2**20
+#: The most the OTLP stage may hold: a dead collector must not take the view's budget.
+OTLP_QUEUE_BYTES = 8 * 2**20
 
 
 class ProgressLedger(DropLedger):
@@ -130,14 +142,16 @@ class OtlpStage:
     """The OTLP sink of the child: a bounded queue and export thread of its own."""
 
     def __init__(self, exporter: SpanExporter | None, rejections: DropLedger, *,
-                 export_witness: bool, queue: int, ledger: ProgressLedger) -> None:
+                 export_witness: bool, queue: int, ledger: ProgressLedger,
+                 budget: ByteBudget | None = None) -> None:
         self._ledger = ledger
         self.filter = None if export_witness or exporter is None \
             else WitnessFilter(exporter, OTLP_SINK)
         self.rejections = None if exporter is None \
             else _Rejections(self.filter or exporter, rejections, ledger)
         self.processor = None if self.rejections is None else BoundedBatchSpanProcessor(
-            self.rejections, sink=OTLP_SINK, max_queue_size=queue, ledger=ledger)
+            self.rejections, sink=OTLP_SINK, max_queue_size=queue, ledger=ledger,
+            max_queue_bytes=OTLP_QUEUE_BYTES, budget=budget)
 
     def submit(self, spans: Sequence[ReadableSpan]) -> None:
         if self.processor is None:
@@ -180,10 +194,10 @@ class ExportSinks:
     the frame loop never waits for it, and a burst it lags behind waits packed."""
 
     def __init__(self, rerun: RerunSink | None, otlp: OtlpStage | None,
-                 ledger: DropLedger) -> None:
+                 ledger: DropLedger, budget: ByteBudget | None = None) -> None:
         self.rerun = rerun
         self.otlp = otlp
-        self.backlog = None if rerun is None else PackedBacklog(rerun, ledger)
+        self.backlog = None if rerun is None else PackedBacklog(rerun, ledger, budget=budget)
         self._no_stats = SinkStats()
         #: When the parent said our time is up (``time.monotonic()``, shared by the
         #: processes of a machine), from a CLOSE frame, if it sent one.
@@ -480,8 +494,9 @@ def main(argv: list[str] | None = None) -> int:
     capacity = max(1, int(config.get("rerun_queue")
                           or os.environ.get("PROOFSCOPE_RERUN_QUEUE", "").strip()
                           or DEFAULT_QUEUE))
-    rerun = RerunSink(target, queue_size=capacity, queue_bytes=CHILD_QUEUE_BYTES,
-                      ledger=ledger) \
+    budget = ByteBudget(BUDGET_BYTES)
+    rerun = RerunSink(target, queue_size=capacity, queue_bytes=RERUN_QUEUE_BYTES,
+                      ledger=ledger, budget=budget, budget_reserve=RERUN_QUEUE_BYTES) \
         if target.kind != "off" else None
     otlp = None
     if config.get("otlp"):
@@ -489,8 +504,9 @@ def main(argv: list[str] | None = None) -> int:
         otlp = OtlpStage(otlp_exporter(config["otlp"], rejections), rejections,
                          export_witness=bool(config.get("export_witness")),
                          queue=max(1, int(config.get("otlp_queue") or DEFAULT_QUEUE)),
-                         ledger=ledger)
-    worker = ExportWorker(ExportSinks(rerun, otlp, ledger), ledger, report, capacity // 2)
+                         ledger=ledger, budget=budget)
+    worker = ExportWorker(ExportSinks(rerun, otlp, ledger, budget), ledger, report,
+                          capacity // 2)
     worker.report()  # ready: the parent tells a child that never started from one that hung
     lower_priority()
     worker.collector = CollectWhenIdle(worker.activity).start()

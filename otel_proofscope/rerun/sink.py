@@ -42,6 +42,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 
 from otel_proofscope.ledger import DROPS, DropLedger
 from otel_proofscope.otlp.sdk_fields import event_count
+from otel_proofscope.pipeline.budget import ByteBudget
 from otel_proofscope.pipeline.forking import after_fork_in_child
 from otel_proofscope.pipeline.output_files import UnsafeOutputError, open_output_fd
 from otel_proofscope.pipeline.processor import estimate_bytes
@@ -130,7 +131,8 @@ class RerunSink:
                  queue_bytes: int = DEFAULT_QUEUE_BYTES, probe_interval_s: float = 1.0,
                  retry_interval_s: float = 5.0,
                  connect_timeout_s: float = 5.0, write_timeout_s: float = 5.0,
-                 ledger: DropLedger = DROPS) -> None:
+                 ledger: DropLedger = DROPS, budget: ByteBudget | None = None,
+                 budget_reserve: int = 0) -> None:
         if queue_size < 1 or queue_bytes < 1:
             raise ValueError("queue_size and queue_bytes must be >= 1")
         self.target = target
@@ -139,6 +141,9 @@ class RerunSink:
         self._capacity_bytes = queue_bytes
         self._batch_bytes = max(1, queue_bytes // 4)
         self._queued_bytes = 0
+        #: Shared with the other queues of the process (the export process's), if any.
+        self._budget = None if budget is None else budget.share(
+            lambda: self._queued_bytes, reserve=budget_reserve)
         self._probe_interval = probe_interval_s
         self._retry_interval = retry_interval_s
         self._connect_timeout = connect_timeout_s
@@ -263,6 +268,8 @@ class RerunSink:
         """How many spans of these estimated sizes, from the first, fit in the queue now
         (count and bytes), and their bytes; under the lock."""
         room_bytes = self._capacity_bytes - self._queued_bytes
+        if self._budget is not None:
+            room_bytes = min(room_bytes, self._budget.room())
         n = size = 0
         for span_size in sizes[:max(self._capacity - self._queued, 0)]:
             # An empty queue takes one span however large (as the batch processor does):
