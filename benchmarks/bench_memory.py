@@ -7,7 +7,10 @@ Each run is a fresh process: ``configure()`` with an OTLP endpoint on a closed p
 (every export fails), then N ``proof.layer`` spans (each with ``--events`` round
 events) inside one proof. It reports the RSS growth from just before the burst to
 just after it (psutil), of the prover's process and of the prover's process and its
-export process together (issue 29, decision 6), and what the ledger counted as lost. Routes:
+export process together (issue 29, decision 6), and what the ledger counted as lost. The
+base is taken once a first span is flushed and the export process's RSS has held still
+for a second: it starts while configure() returns, and its imports and its recording's
+start (~100 and ~50 MiB) are its footprint, not the burst's growth. Routes:
 
 * ``otlp``   — OTLP alone (``rerun="off"``);
 * ``export`` — OTLP + Rerun ``.rrd`` file, both from the export process (configure()'s
@@ -34,7 +37,7 @@ import textwrap
 from pathlib import Path
 
 CHILD = textwrap.dedent("""
-    import os, sys, psutil
+    import os, sys, time, psutil
     import otel_proofscope as ps
     os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] = sys.argv[1]
     t = ps.configure(rerun=sys.argv[3], shutdown_timeout_s=1.0, set_global=False)
@@ -54,6 +57,16 @@ CHILD = textwrap.dedent("""
                     pass
             return total
 
+        # The export process imports Rerun, pyarrow and the OTLP exporters (~100 MiB)
+        # while configure() returns, and opens its recording on the first span drawn:
+        # flush that span, then settle before the base, or those are counted too.
+        t.force_flush()
+        last, steady, deadline = -1, 0, time.monotonic() + 60
+        while steady < 5 and time.monotonic() < deadline:
+            time.sleep(0.2)
+            now = children()
+            steady = steady + 1 if now and abs(now - last) < 2**20 else 0
+            last = now
         base, child_base = proc.memory_info().rss, children()
         for i in range(n):
             with tracer.layer(index=i % 100, kind="MatMul", rounds=max(1, events)):

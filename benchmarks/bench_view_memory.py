@@ -1,0 +1,112 @@
+"""RSS the Rerun view grows by while it draws one large trace (issue 29, decision 6).
+
+Run: python benchmarks/bench_view_memory.py [--spans 60000] [--repeat 3]
+       [--modes all,nothing-sent]
+
+Each run is a fresh process: N ``proof.layer`` spans of one proof (as
+``bench_memory.py`` makes them) are fed to a :class:`~otel_proofscope.rerun.sink.RerunSink`
+writing a ``.rrd`` file, 512 at a time, and flushed; the RSS growth is read from after a
+2,000-span warm-up (the recording opened, the blueprint sent) to after the flush, and
+again after the close. Modes, interleaved:
+
+* ``all``: the sink as configure() runs it;
+* ``nothing-sent``: the same translation, with the sends to Rerun left out: what our
+  own state (and Python's allocator) holds, apart from the Rerun SDK's.
+
+Why: against a dead collector the export process grows with what it draws, not with
+what it queues (benchmarks/README.md, decision 6). This splits that growth.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+from pathlib import Path
+
+CHILD = textwrap.dedent("""
+    import gc, sys
+    import psutil
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    from otel_proofscope.instrumentation import ProofTracer
+    from otel_proofscope.ledger import DropLedger
+    from otel_proofscope.rerun.sink import RerunSink
+    from otel_proofscope.rerun.target import parse_target
+
+    n, mode, rrd = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+    memory = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    tracer = ProofTracer(provider)
+    with tracer.proof(system="gkr"):
+        for i in range(n):
+            with tracer.layer(index=i % 100, kind="MatMul", rounds=1):
+                pass
+    spans = list(memory.get_finished_spans())
+    memory.clear()
+    sink = RerunSink(parse_target("file:" + rrd), queue_size=len(spans) + 1,
+                     queue_bytes=2**40, ledger=DropLedger())
+    if mode == "nothing-sent":
+        sink._send = lambda sends: None
+    proc = psutil.Process()
+    sink.submit_spans(spans[:2000])
+    sink.flush(600)
+    gc.collect()
+    base = proc.memory_info().rss
+    for i in range(2000, len(spans), 512):
+        sink.submit_spans(spans[i:i + 512])
+    sink.flush(600)
+    gc.collect()
+    drawn = proc.memory_info().rss
+    sink.close(60)
+    gc.collect()
+    print(drawn - base, proc.memory_info().rss - base)
+""")
+
+
+def one(mode: str, spans: int, tmp: Path) -> tuple[float, float]:
+    out = subprocess.run([sys.executable, "-c", CHILD, str(spans), mode,
+                          str(tmp / f"{mode}.rrd")], capture_output=True, text=True,
+                         timeout=1800, check=True)
+    drawn, closed = (int(x) for x in out.stdout.split())
+    return drawn / 2**20, closed / 2**20
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--spans", type=int, default=60_000)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--modes", default="all,nothing-sent")
+    args = parser.parse_args(argv)
+    modes = args.modes.split(",")
+    drawn: dict[str, list[float]] = {m: [] for m in modes}
+    closed: dict[str, list[float]] = {m: [] for m in modes}
+    with tempfile.TemporaryDirectory(prefix="bench-view-memory-") as d:
+        for i in range(args.repeat):
+            for mode in modes if i % 2 == 0 else modes[::-1]:  # interleaved
+                a, b = one(mode, args.spans, Path(d))
+                drawn[mode].append(a)
+                closed[mode].append(b)
+                print(f"run {i + 1} {mode}: +{a:.1f} MiB drawn, +{b:.1f} MiB closed",
+                      file=sys.stderr, flush=True)
+    n = args.spans - 2000
+    print(f"{n:,} layer spans of one trace after a 2,000-span warm-up; median (range) of "
+          f"{args.repeat} runs\n")
+    print("| mode | RSS growth once drawn, MiB | per span, bytes | after the close, MiB |")
+    print("|---|---|---|---|")
+    for mode in modes:
+        a, b = drawn[mode], closed[mode]
+        print(f"| {mode} | {statistics.median(a):.1f} ({min(a):.1f}–{max(a):.1f}) | "
+              f"{statistics.median(a) * 2**20 / n:,.0f} | "
+              f"{statistics.median(b):.1f} ({min(b):.1f}–{max(b):.1f}) |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
