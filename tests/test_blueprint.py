@@ -7,6 +7,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
+import pytest
 import rerun.blueprint as rrb
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -18,6 +20,7 @@ from otel_proofscope.instrumentation import CircuitNode, ProofTracer
 from otel_proofscope.rerun import blueprint
 from otel_proofscope.rerun.blueprint import METRICS, PROOF, TRACE, Contents, Layouts
 from otel_proofscope.rerun.exporter import RerunSpanExporter
+from otel_proofscope.rerun.layout import X_STEP
 
 
 def views(bp: rrb.Blueprint) -> Iterator[rrb.View]:
@@ -81,6 +84,42 @@ def test_layouts_change_only_when_a_new_kind_of_data_arrives() -> None:
     assert blueprint.group_kind("/proof/progress/0123abcd") == PROOF
 
 
+def _walk_eye(bp: rrb.Blueprint) -> object:
+    (walk,) = [v for v in views(bp) if str(v.name).startswith("ZK Proof Walk")]
+    return walk.properties.get("EyeControls3D")
+
+
+def test_one_proof_gets_a_camera_framed_for_its_walk() -> None:
+    # The viewer's own eye cut layer 0 of a 4-layer walk off (serve-map.png): one
+    # proof's walk gets a camera that holds it; several proofs keep the viewer's.
+    layouts = Layouts()
+    first = layouts.observe(["gkr/claim/0123abcd", "gkr/walk/nodes"], walk_layers=0)
+    assert first is not None and _walk_eye(first) is None  # nothing to frame yet
+    four = layouts.observe(["gkr/walk/nodes"], walk_layers=3)
+    assert four is not None and _walk_eye(four) is not None
+    assert layouts.contents.walk_layers == 4
+    # One blueprint per power of two, not per layer (each resets a moved camera).
+    assert layouts.observe(["gkr/walk/nodes"], walk_layers=4) is None
+    eight = layouts.observe(["gkr/walk/nodes"], walk_layers=5)
+    assert eight is not None and layouts.contents.walk_layers == 8
+    two = layouts.observe(["gkr/claim/89abcdef"], walk_layers=9)
+    assert two is not None and _walk_eye(two) is None
+
+
+def test_the_walk_camera_looks_at_the_middle_of_the_walk_from_far_enough() -> None:
+    assert [blueprint.walk_class(n) for n in (0, 1, 4, 5, 8, 9, 100)] == [
+        0, 4, 4, 8, 8, 16, 128]
+    for layers in (4, 8, 16, 128):
+        eye = blueprint.walk_eye(layers)
+        pos = np.asarray(eye.position.as_arrow_array().to_pylist()[0])
+        target = np.asarray(eye.look_target.as_arrow_array().to_pylist()[0])
+        length = (layers - 1) * X_STEP
+        assert target[0] == pytest.approx(length / 2)
+        # Far enough that the whole walk fits a ~90 degree horizontal field of view.
+        assert np.linalg.norm(pos - target) >= length / 2
+        assert pos[1] > target[1]  # from above: bars do not hide the nodes behind them
+
+
 def test_side_and_time_panels_are_collapsed_in_every_recording() -> None:
     contents = [Contents(frozenset(k)) for k in
                 ({TRACE}, {PROOF}, {PROOF, TRACE}, {METRICS}, set())]
@@ -123,5 +162,7 @@ def test_a_recording_gets_a_new_blueprint_when_contract_spans_follow_foreign_one
     assert exporter.force_flush(30_000)
     exporter.export(_spans(contract=True))
     assert exporter.force_flush(30_000)
+    # The proof's two layers were seen when the layout changed: its walk is framed.
+    assert exporter.sink._layouts.contents.walk_layers == 4
     exporter.shutdown()
     assert len(RrdReader(path).blueprints()) == 2

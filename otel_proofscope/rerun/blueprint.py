@@ -31,6 +31,7 @@ import rerun.blueprint as rrb
 from rerun.blueprint.encodings import TextLogColumn, TextLogColumnKind
 
 from otel_proofscope.rerun.columns import LAYER, PROOF_TIME, SUMCHECK_ROUND
+from otel_proofscope.rerun.layout import X_STEP
 from otel_proofscope.rerun.translate import ACCUMULATING
 from otel_proofscope.rerun.translate_trace import DURATIONS, FLAME, LOGS
 
@@ -73,6 +74,9 @@ class Contents:
     #: The one proof's key (trace-id prefix) when the recording holds exactly one.
     proof: str | None = None
     proofs: int = 0
+    #: The layer count the one proof's walk is framed for (:func:`walk_class`; 0: not
+    #: known yet, or not one proof: the viewer's own eye).
+    walk_layers: int = 0
 
 
 #: Under ``proof/``: the walk's own series; anything else there is a proof metric.
@@ -111,7 +115,8 @@ class Layouts:
         batch sends it: a recording gets one blueprint per kind of content)."""
         return build(self.contents) if self.contents.kinds else None
 
-    def observe(self, paths: Iterable[str]) -> rrb.Blueprint | None:
+    def observe(self, paths: Iterable[str], walk_layers: int = 0) -> rrb.Blueprint | None:
+        """``walk_layers``: the most layers a proof's walk has so far (for its camera)."""
         for path in paths:
             kind = group_kind(path)
             if kind is not None:
@@ -120,7 +125,8 @@ class Layouts:
             if key is not None and len(self._proofs) < 2:
                 self._proofs.add(key)
         one = next(iter(self._proofs)) if len(self._proofs) == 1 else None
-        now = Contents(frozenset(self._kinds), one, len(self._proofs))
+        now = Contents(frozenset(self._kinds), one, len(self._proofs),
+                       walk_class(walk_layers) if one is not None else 0)
         if now == self.contents:
             return None
         self.contents = now
@@ -141,12 +147,33 @@ def _titled(name: str, contents: Contents) -> str:
     return f"{name} · proof {contents.proof}" if contents.proof else name
 
 
+def walk_class(layers: int) -> int:
+    """The layer count a walk's camera is framed for: the next power of two from 4, so
+    a proof streaming in changes the blueprint (and resets a camera the user moved) a
+    few times, not once per layer; 0 for none."""
+    return 0 if layers <= 0 else max(4, 1 << (layers - 1).bit_length())
+
+
+def walk_eye(layers: int) -> rrb.EyeControls3D:
+    """A camera facing the helix from the side, far enough to hold ``layers`` nodes and
+    their round bars: the viewer's own eye sits too close to a short walk (layer 0 of a
+    4-layer walk was cut off, docs/images/serve-map.png)."""
+    centre = (layers - 1) * X_STEP / 2
+    distance = 9.0 + 1.3 * centre
+    # A little from the left, as the viewer's own eye looks: the helix's depth keeps
+    # neighbouring labels apart.
+    return rrb.EyeControls3D(
+        position=(centre - 0.25 * distance, 1.5 + 0.35 * distance, distance),
+        look_target=(centre, 1.5, 0.0), eye_up=(0.0, 1.0, 0.0))
+
+
 def _walk(c: Contents) -> rrb.Spatial3DView:
     # Layer nodes, round bars and the trail are one row per event on shared entities;
     # shown accumulated, they build the walk up as the time cursor advances.
     return rrb.Spatial3DView(
         name=_titled("ZK Proof Walk", c), origin="/",
         contents=["+ /circuit/**", "+ /gkr/walk/**"],
+        eye_controls=walk_eye(c.walk_layers) if c.walk_layers else None,
         overrides={path: accumulate() for path in ACCUMULATING})
 
 

@@ -133,6 +133,10 @@ class ProofRegistry:
     def known(self, trace_id: int) -> bool:
         return trace_id in self._models
 
+    def largest_walk(self) -> int:
+        """The most layers any proof held here has (0: none)."""
+        return max((m.total_layers() for m in self._models.values()), default=0)
+
     def models(self) -> list[ProofModel]:
         return list(self._models.values())
 
