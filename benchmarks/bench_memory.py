@@ -9,8 +9,8 @@ events) inside one proof. It reports the RSS growth from just before the burst t
 just after it (psutil), of the prover's process and of the prover's process and its
 export process together (issue 29, decision 6), and what the ledger counted as lost. The
 base is taken once a first span is flushed and the export process's RSS has held still
-for a second: it starts while configure() returns, and its imports and its recording's
-start (~100 and ~50 MiB) are its footprint, not the burst's growth. Routes:
+for a second: it starts while configure() returns, and its imports (~100 MiB) and its
+recording's start are its footprint, not the burst's growth. Routes:
 
 * ``otlp``   — OTLP alone (``rerun="off"``);
 * ``export`` — OTLP + Rerun ``.rrd`` file, both from the export process (configure()'s
