@@ -93,17 +93,22 @@ def test_one_proof_gets_a_camera_framed_for_its_walk() -> None:
     # The viewer's own eye cut layer 0 of a 4-layer walk off (serve-map.png): one
     # proof's walk gets a camera that holds it; several proofs keep the viewer's.
     layouts = Layouts()
-    first = layouts.observe(["gkr/claim/0123abcd", "gkr/walk/nodes"], walk_layers=0)
+    first = layouts.observe(["gkr/claim/0123abcd", "gkr/walk/nodes"], walk_layers=lambda: 0)
     assert first is not None and _walk_eye(first) is None  # nothing to frame yet
-    four = layouts.observe(["gkr/walk/nodes"], walk_layers=3)
+    four = layouts.observe(["gkr/walk/nodes"], walk_layers=lambda: 3)
     assert four is not None and _walk_eye(four) is not None
     assert layouts.contents.walk_layers == 4
     # One blueprint per power of two, not per layer (each resets a moved camera).
-    assert layouts.observe(["gkr/walk/nodes"], walk_layers=4) is None
-    eight = layouts.observe(["gkr/walk/nodes"], walk_layers=5)
+    assert layouts.observe(["gkr/walk/nodes"], walk_layers=lambda: 4) is None
+    eight = layouts.observe(["gkr/walk/nodes"], walk_layers=lambda: 5)
     assert eight is not None and layouts.contents.walk_layers == 8
-    two = layouts.observe(["gkr/claim/89abcdef"], walk_layers=9)
+    two = layouts.observe(["gkr/claim/89abcdef"], walk_layers=lambda: 9)
     assert two is not None and _walk_eye(two) is None
+
+    def never() -> int:
+        raise AssertionError("the walk's size is not asked for with several proofs")
+
+    assert layouts.observe(["gkr/walk/nodes"], walk_layers=never) is None
 
 
 def test_the_walk_camera_looks_at_the_middle_of_the_walk_from_far_enough() -> None:

@@ -330,8 +330,6 @@ class Rebuilt:
     #: Claimed by a parent although another open parent with the same path and fields
     #: could have been its parent as well.
     ambiguous: bool = False
-    #: Position in the output (close order), the only order left when ends are arrivals.
-    seq: int = 0
     #: Moved earlier to end where the sibling that closed after it starts (see
     #: ``_place_by_close_order``): its length is measured, its position is not.
     placed_by_order: bool = False
@@ -386,7 +384,7 @@ class SpanAssembler:
         node = Rebuilt(name=line.name, path=line.path,
                        start_ns=end_ns - line.busy_ns - line.idle_ns, end_ns=end_ns,
                        fields=line.path_fields[-1] if line.path_fields[-1] else line.tail,
-                       line=line, stamped=stamped, seq=self.stats.spans)
+                       line=line, stamped=stamped)
         self.stats.spans += 1
         self._claim(node)
         return self._place(node)
@@ -467,8 +465,8 @@ def _place_by_close_order(parent: Rebuilt, children: Sequence[Rebuilt]) -> None:
     apart keep their derived times, and so do siblings on different threads (when the
     lines print threads) and stamped ones.
     """
-    chain = sorted((c for c in children if not c.stamped and c.line is not None),
-                   key=lambda c: c.seq)
+    # ``children`` come in the order their lines did (pending lists keep arrival order).
+    chain = [c for c in children if not c.stamped and c.line is not None]
     read_at = [c.end_ns for c in chain]
     floor = parent.start_ns - (parent.end_ns - parent.start_ns) // 100
     for i in range(len(chain) - 2, -1, -1):

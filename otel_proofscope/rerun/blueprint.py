@@ -24,7 +24,7 @@ with one proof, its id is named once in the panel titles.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import rerun.blueprint as rrb
@@ -115,8 +115,10 @@ class Layouts:
         batch sends it: a recording gets one blueprint per kind of content)."""
         return build(self.contents) if self.contents.kinds else None
 
-    def observe(self, paths: Iterable[str], walk_layers: int = 0) -> rrb.Blueprint | None:
-        """``walk_layers``: the most layers a proof's walk has so far (for its camera)."""
+    def observe(self, paths: Iterable[str],
+                walk_layers: Callable[[], int] = lambda: 0) -> rrb.Blueprint | None:
+        """``walk_layers()``: the most layers a proof's walk has so far (for its camera;
+        asked only while the recording holds one proof)."""
         for path in paths:
             kind = group_kind(path)
             if kind is not None:
@@ -126,7 +128,7 @@ class Layouts:
                 self._proofs.add(key)
         one = next(iter(self._proofs)) if len(self._proofs) == 1 else None
         now = Contents(frozenset(self._kinds), one, len(self._proofs),
-                       walk_class(walk_layers) if one is not None else 0)
+                       walk_class(walk_layers()) if one is not None else 0)
         if now == self.contents:
             return None
         self.contents = now

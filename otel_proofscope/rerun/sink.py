@@ -581,7 +581,7 @@ class RerunSink:
         rec = self._rec
         assert rec is not None
         layout = self._layouts.observe((s.path for s in sends),
-                                       self.spans.proofs.largest_walk())
+                                       self.spans.proofs.largest_walk)
         if layout is not None:
             rec.send_blueprint(layout, make_active=True, make_default=True)
         for s in sends:
