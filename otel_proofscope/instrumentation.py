@@ -38,6 +38,7 @@ from opentelemetry.util.types import AttributeValue
 
 from otel_proofscope import fields, phase_cost
 from otel_proofscope.ledger import DROPS, REJECTIONS
+from otel_proofscope.otlp import round_records
 from otel_proofscope.otlp.deferred_events import DeferredEvents
 from otel_proofscope.otlp.sdk_fields import deferred_events
 from otel_proofscope.semconv import (
@@ -794,43 +795,8 @@ def _record_round(layer: _LayerState, round: object, poly: Lazy, claim: Lazy,
                 "exception.message": _message(exc)})
 
 
-def _round_event(record: tuple[Any, ...]) -> tuple[str, dict[str, AttributeValue]]:
-    """The ``sumcheck.round`` event of one round record, built on whichever thread reads
-    it (:mod:`otel_proofscope.otlp.deferred_events`). Its values are what the SDK's
-    cleaning keeps as they are (the polynomial a tuple), in the order ``add_event``
-    always got them: the wire bytes must not depend on the path."""
-    _, round, degree, poly, claim, chal, error, deferred = record
-    if deferred:  # ints and int-limb tuples, checked on the prover thread
-        poly = tuple(map(_canonical_checked, poly))
-        if claim is not None:
-            claim = _canonical_checked(claim)
-        if chal is not None:
-            chal = _canonical_checked(chal)
-    else:
-        poly = tuple(poly)
-    attrs: dict[str, AttributeValue] = {
-        _K_ROUND: round,
-        _K_DEGREE: degree if degree is not None else len(poly) - 1,
-        _K_POLY: poly,
-    }
-    if chal is not None:
-        attrs[_K_CHALLENGE] = chal
-    if claim is not None:
-        attrs[_K_CLAIM] = claim
-    if error is not None:
-        attrs[_K_ERROR] = error
-    return _ROUND_EVENT, attrs
-
-
-#: The builder of round events, public for a process that receives round records unbuilt
-#: (the export process's child, :mod:`otel_proofscope.rerun.span_wire`).
-round_event = _round_event
-
-
-_canonical_checked = fields.canonical_checked
-_K_ROUND, _K_DEGREE, _K_POLY = Attr.SUMCHECK_ROUND, Attr.SUMCHECK_DEGREE, Attr.SUMCHECK_POLY
-_K_CHALLENGE, _K_CLAIM, _K_ERROR = Attr.SUMCHECK_CHALLENGE, Attr.CLAIM, Attr.ERROR_TYPE
-_ROUND_EVENT = EventName.SUMCHECK_ROUND
+_round_event = round_records.round_event
+_ROUND_EVENT = round_records.NAME
 
 
 def _reject(span: Span, event: str, field_name: str, exc: Exception) -> None:

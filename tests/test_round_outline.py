@@ -80,7 +80,7 @@ def test_a_held_frame_unpacked_without_fields_draws_the_same(tmp_path: Path) -> 
     payload, refused = span_wire.pack_spans_full(spans)
     assert not refused
     built = span_wire.unpack_spans(payload).spans
-    unbuilt = span_wire.unpack_spans(payload, build_fields=False).spans
+    unbuilt = span_wire.unpack_spans(payload, check_records=False).spans
     layer = next(s for s in unbuilt if type(span_events_unread(s)) is DeferredEvents)
     assert span_events_unread(layer)._fields is None  # nothing was built
     assert _resolved(export(tmp_path / "a.rrd", [built])) == \

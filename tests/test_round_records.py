@@ -23,7 +23,7 @@ from opentelemetry.sdk.trace import ReadableSpan, SpanLimits, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from otel_proofscope import instrumentation
+from otel_proofscope import fields, instrumentation
 from otel_proofscope.instrumentation import ProofTracer
 from otel_proofscope.ledger import DROPS, REJECTIONS
 from otel_proofscope.otlp import deferred_events as deferred_module
@@ -168,6 +168,42 @@ def test_records_read_back_exactly_as_add_event(ops: list[tuple[str, tuple[Any, 
     assert _wire([layer_new]) == _wire([layer_old])
     assert encode_spans_request([layer_new]) == encode_spans_request([layer_old])
     assert encode_spans_request([layer_new]) == _wire([layer_new]) == from_records
+
+
+@pytest.mark.parametrize("deferred", [True, False], ids=["as-records", "formatted"])
+def test_the_encoder_writes_round_records_without_building_them(deferred: bool) -> None:
+    """The OTLP encoder writes a record's event straight from it (otlp.round_records):
+    nothing built, and the very bytes the official encoder writes for the built events."""
+    calls: list[tuple[str, tuple[Any, ...]]] = [
+        ("round", (i, [i, 2**61 - i, 7], (1, 2, 3, 4), None, 5 * i)) for i in range(2)]
+    calls.append(("round", (2, [(7, 8), (9, 2**31 - 1)], 6, 1, (0, 1))))  # limbs
+    calls.insert(1, ("user", ("user.mark", {"a": 1})))
+    calls.append(("round", (3, ["x"], None, None, None)))  # refused: an error event
+    spans, *_ = _run(calls, SpanLimits(), None, True)
+    layer = spans[0]
+    store = layer._events  # type: ignore[attr-defined]
+    assert type(store) is DeferredEvents
+    if not deferred:  # rounds the prover formatted itself (a value it could not defer)
+        store._dq = type(store._dq)(
+            [(*x[:3], tuple(map(fields.canonical, x[3])), fields.canonical(x[4]),
+              fields.canonical(x[5]), x[6], False) if type(x) is tuple and x[7] else x
+             for x in store._dq])
+    assert [x[7] for x in store._dq if type(x) is tuple] == [deferred] * 3
+    written = encode_spans_request([layer])
+    assert store.fields_if_built() is None and store._pending == 3
+    assert written == _wire([layer])
+
+
+def test_a_record_the_direct_encoder_refuses_is_encoded_from_its_event() -> None:
+    """A round beyond int64 (the official encoder skips that attribute): the span is
+    encoded from its built events, as before."""
+    spans, *_ = _run([("round", (0, [1, 2], 3, None, None))], SpanLimits(), None, True)
+    layer = spans[0]
+    store = layer._events  # type: ignore[attr-defined]
+    store._dq = type(store._dq)([(x[0], 2**64, *x[2:]) for x in store._dq])
+    written = encode_spans_request([layer])
+    assert store.fields_if_built() is not None  # built: the generic path read them
+    assert written == _wire([layer])
 
 
 def test_an_int_too_long_to_print_is_rejected_at_the_call() -> None:

@@ -24,7 +24,13 @@ from typing import Any, NoReturn, TypeVar
 
 from opentelemetry.sdk.trace import ReadableSpan
 
-from otel_proofscope.otlp.sdk_fields import events_fields, plain_attributes, span_fields
+from otel_proofscope.otlp.deferred_events import DeferredEvents
+from otel_proofscope.otlp.sdk_fields import (
+    event_fields,
+    events_fields,
+    plain_attributes,
+    span_fields,
+)
 from otel_proofscope.otlp.times import InvalidSpan, check_times
 
 _log = logging.getLogger(__name__)
@@ -371,11 +377,18 @@ def _encode_span(span: ReadableSpan) -> bytes:
 
     # Events inline, with the attribute cache lookups of _kvs repeated here rather
     # than called: a prover span carries many events, and a call per event measured
-    # ~25% of the encoder's time per span.
+    # ~25% of the encoder's time per span. Records a registered encoder wrote are
+    # bodies already (bytes).
     kv_get = _KV_CACHE.get
     int_tuple_get = _INT_TUPLE_CACHE.get
     event_name_get = _EVENT_NAME_CACHE.get
-    for ev_name, ts, ev_attrs, ev_dropped in events_fields(events):
+    for item in _encoded_records(events) or events_fields(events):
+        if type(item) is bytes:
+            n = len(item)
+            parts.append(b"\x5a" + (_VT[n] if n < _VARINT_TABLE_SIZE else _varint_slow(n))
+                         + item)
+            continue
+        ev_name, ts, ev_attrs, ev_dropped = item
         ev_parts = []
         if ts:
             ev_parts.append(_pack_fixed64(0x09, ts))
@@ -423,6 +436,78 @@ def _encode_span(span: ReadableSpan) -> bytes:
         parts.append(encoded)
     parts.append(_FLAGS_REMOTE if parent is not None and parent.is_remote else _FLAGS_LOCAL)
     return b"".join(parts)
+
+
+# ── deferred event records ───────────────────────────────────────────────────────────
+
+#: ``record -> Event message body`` (what the event its builder builds encodes to).
+RecordEncoder = Callable[[tuple[Any, ...]], bytes]
+#: Encoders of a deferred list's records, by the builder that builds them, each with the
+#: most attributes such an event has.
+_RECORD_ENCODERS: dict[Any, tuple[RecordEncoder, int]] = {}
+
+
+def register_record_encoder(build: Any, encode: RecordEncoder, max_attributes: int) -> None:
+    """Encode the records ``build`` builds with ``encode``, straight from the record.
+
+    Why: a sumcheck round's event is built (its coefficients as canonical strings in a
+    new dict) only to be encoded once, and its values never repeat, so the attribute
+    caches only cost there. ``encode`` must give exactly the bytes the built event
+    encodes to (a test compares them); it may raise, and the span is then encoded from
+    the built events, as without it. Used only where the SDK's limits cannot change such
+    an event: no length limit, and ``max_attributes`` or more allowed."""
+    _RECORD_ENCODERS[build] = (encode, max_attributes)
+
+
+def _encoded_records(events: Any) -> list[Any] | None:
+    """The events as ``_encode_span`` reads them, each record a body written by its
+    encoder; None where that does not apply (not a deferred list, no encoder for its
+    builder, limits that could change an event, or fields built already: read those)."""
+    if type(events) is not DeferredEvents:
+        return None
+    entry = _RECORD_ENCODERS.get(events.builder)
+    if entry is None or events.fields_if_built() is not None:
+        return None
+    encode, max_attributes = entry
+    max_attrs, max_len = events.limits
+    if max_len is not None or (max_attrs is not None and max_attrs < max_attributes):
+        return None
+    try:
+        return [encode(x) if type(x) is tuple else event_fields(x) for x in events.items()]
+    except Exception:  # a record it cannot write: the built events decide
+        return None
+
+
+# The wire primitives a record encoder writes with (``otlp.round_records``).
+VARINTS = _VT
+varint = _varint
+length_delimited = _ld
+key_field = _key_prefix
+
+
+def int_value(value: int) -> bytes:
+    """``AnyValue`` body of an ``int``; raises where the official encoder skips it."""
+    if type(value) is not int or not -(1 << 63) <= value < (1 << 63):
+        raise ValueError(f"not an int64: {value!r}")
+    return b"\x18" + _varint(value & _U64)
+
+
+def str_value(value: str) -> bytes:
+    """``AnyValue`` body of a ``str``."""
+    if type(value) is not str:
+        raise TypeError(f"not a str: {value!r}")
+    return b"\x0a" + _ld(value.encode("utf-8"))
+
+
+def event_name_field(name: str) -> bytes:
+    """An event body's name field, as ``_encode_span`` writes it."""
+    return _name_field(b"\x12", name)
+
+
+def pack_timestamp(timestamp: int) -> bytes:
+    """An event body's timestamp field (raises ``struct.error`` outside ``[0, 2**64)``:
+    the span is then refused, as ``_span_field`` refuses it)."""
+    return _pack_fixed64(0x09, timestamp)
 
 
 def _build_kind_table() -> dict[Any, bytes]:

@@ -170,9 +170,9 @@ class PackedBacklog:
 
     def _hand_over(self, held: _Held) -> None:
         # The same spans as the first unpack (its rejections were counted then); a frame
-        # with none refused needs no second build of its rounds' fields to be the same.
+        # with none refused needs no second check of its round records to be the same.
         spans = span_wire.unpack_spans(held.payload,
-                                       build_fields=not held.clean).spans[held.skip:]
+                                       check_records=not held.clean).spans[held.skip:]
         while spans:
             n = self._sink.fits(spans)
             if n:

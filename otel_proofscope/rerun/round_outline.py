@@ -3,10 +3,11 @@
 Why: the walk needs of each round only its time, index, claim and error, and the trace
 view's span log only the first and the last event in full; building every round's OTLP
 attributes (its polynomial's coefficients as canonical strings) for them is work the
-view does not use. The backlog's second unpack of a held frame builds nothing now
-(``span_wire.unpack_spans(build_fields=False)``), and these readers build nothing
-either. Measured at the sink (``benchmarks/bench_rerun_rounds.py``): −6 % a span at the
-median, inside the run-to-run range; most of the sink's time is elsewhere.
+view does not use. In the export process nobody builds them now: the frames are
+unpacked with their records checked, not built (``span_wire.unpack_spans``), the OTLP
+encoder writes each record's event straight from it, and these readers outline them.
+Measured at the sink (``benchmarks/bench_rerun_rounds.py``): −6 % a span at the median,
+inside the run-to-run range; most of the sink's time is elsewhere.
 
 :func:`outline` gives ``(name, timestamp, attributes, dropped)`` per event, as
 ``events_fields`` does, except that a round record's attributes hold only the round,
@@ -21,14 +22,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from otel_proofscope.fields import canonical_checked
-from otel_proofscope.instrumentation import round_event
 from otel_proofscope.otlp.deferred_events import DeferredEvents
+from otel_proofscope.otlp.round_records import ATTRIBUTES as ROUND_EVENT_ATTRIBUTES
+from otel_proofscope.otlp.round_records import round_event
 from otel_proofscope.otlp.sdk_fields import event_fields, events_fields
 from otel_proofscope.semconv import Attr, EventName
 
-#: The most attributes a round event has (round, degree, poly, challenge, claim, error):
-#: with a limit at least this, or none, the SDK's limits change nothing in it.
-ROUND_EVENT_ATTRS = 6
 _NAME = EventName.SUMCHECK_ROUND
 _ROUND, _CLAIM, _ERROR = Attr.SUMCHECK_ROUND, Attr.CLAIM, Attr.ERROR_TYPE
 
@@ -43,7 +42,7 @@ def outline(events: Sequence[Any]) -> list[tuple[Any, Any, Any, Any]]:
     if built is not None:
         return built
     max_attrs, max_len = events.limits
-    if max_len is not None or (max_attrs is not None and max_attrs < ROUND_EVENT_ATTRS):
+    if max_len is not None or (max_attrs is not None and max_attrs < ROUND_EVENT_ATTRIBUTES):
         return events_fields(events)
     out: list[tuple[Any, Any, Any, Any]] = []
     append = out.append
@@ -52,7 +51,7 @@ def outline(events: Sequence[Any]) -> list[tuple[Any, Any, Any, Any]]:
         if type(x) is not tuple:
             append(event_fields(x))
             continue
-        # The record's layout is instrumentation.round_event's:
+        # The record's layout (otlp.round_records):
         # (time, round, degree, poly, claim, challenge, error, deferred).
         claim, error, deferred = x[4], x[6], x[7]
         if deferred and claim is not None and type(claim) is not int:

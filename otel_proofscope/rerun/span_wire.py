@@ -30,7 +30,7 @@ every event a 4-tuple ``(name, timestamp, attributes, dropped_attributes)``, or,
 sumcheck round that no reader has built into an event yet, a 3-tuple ``(record,
 max_event_attributes, max_attribute_length)``: the instrumentation's compact record
 and the sender's span limits, from which the receiver builds the very event the sender
-would have (:func:`otel_proofscope.instrumentation.round_event`), so the prover's
+would have (:func:`otel_proofscope.otlp.round_records.round_event`), so the prover's
 process never builds it.
 Version 1 frames (what the Rerun-only child is sent) are still read.
 """
@@ -49,7 +49,7 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Link, SpanContext, SpanKind, TraceFlags, TraceState
 from opentelemetry.trace.status import Status, StatusCode
 
-from otel_proofscope.instrumentation import round_event as _round_event
+from otel_proofscope.otlp import round_records
 from otel_proofscope.otlp.deferred_events import DeferredEvents
 from otel_proofscope.otlp.sdk_fields import (
     FIELDS_OK,
@@ -155,7 +155,7 @@ def _our_rounds(s: ReadableSpan) -> DeferredEvents | None:
     """The span's unbuilt round records when the receiver can build them (the
     instrumentation's own builder), else None: send built events."""
     deferred = unbuilt_events(s)
-    if deferred is not None and deferred.builder is not _round_event:
+    if deferred is not None and deferred.builder is not round_records.round_event:
         return None
     return deferred
 
@@ -376,13 +376,16 @@ class FrameError(ValueError):
     """The frame as a whole cannot be read (its records are all lost)."""
 
 
-def unpack_spans(data: bytes, *, build_fields: bool = True) -> Unpacked:
+def unpack_spans(data: bytes, *, check_records: bool = True) -> Unpacked:
     """The spans of a frame. A malformed record is refused and counted, not fatal.
 
-    ``build_fields=False``: a frame whose records all unpacked once already (the export
-    process's Rerun backlog reads its held frames again): round records are not built
-    into event fields here (~3.4 µs a round), since the Rerun translations read them
-    unbuilt; a record that cannot be built was refused by the first unpack."""
+    Round records are not built into events here: the OTLP encoder writes them straight
+    from the record and the Rerun translations outline them (``round_outline``), so
+    only a reader that needs a whole event builds one. Each is checked instead
+    (:func:`~otel_proofscope.otlp.round_records.check`, ~1 µs against ~4 to build), so
+    a bad one refuses its span here, not a batch later. ``check_records=False``: a frame
+    whose records all passed once already (the export process's Rerun backlog reads its
+    held frames again)."""
     try:
         version, records, *rest = marshal.loads(data)
     except (EOFError, ValueError, TypeError) as exc:
@@ -395,7 +398,7 @@ def unpack_spans(data: bytes, *, build_fields: bool = True) -> Unpacked:
         resources, scopes = _tables(rest)
 
         def make(r: Any) -> ReadableSpan:
-            return _span_full(r, resources, scopes, build_fields)
+            return _span_full(r, resources, scopes, check_records)
     else:
         make = _span
     out = Unpacked()
@@ -514,7 +517,7 @@ def _bounded(items: list[Any] | DeferredEvents, dropped: Any) -> Any:
 
 def _span_full(r: Any, resources: list[Resource | None],
                scopes: list[InstrumentationScope | None],
-               build_fields: bool = True) -> ReadableSpan:
+               check_records: bool = True) -> ReadableSpan:
     if type(r) is not tuple or len(r) != _FULL_RECORD_LEN:
         raise ValueError(f"expected a {_FULL_RECORD_LEN}-tuple, got {type(r).__name__}")
     (name, trace_id, span_id, parent_id, kind, start, end, code, description, attributes,
@@ -536,7 +539,7 @@ def _span_full(r: Any, resources: list[Resource | None],
         status = _OK
     else:
         status = Status(StatusCode(code), description)
-    evs = _events_with_rounds(events, _event_full, dropped_events, build_fields)
+    evs = _events_with_rounds(events, _event_full, dropped_events, check_records)
     lks = [_link(lk) for lk in links]
     return ReadableSpan(
         name, SpanContext(trace_id, span_id, False, trace_flags, _trace_state(state)),
@@ -546,15 +549,16 @@ def _span_full(r: Any, resources: list[Resource | None],
 
 
 def _events_with_rounds(entries: tuple[Any, ...], read_event: Any,
-                        dropped: Any = 0, build_fields: bool = True) -> list[Any] | DeferredEvents:
+                        dropped: Any = 0, check_records: bool = True) -> list[Any] | DeferredEvents:
     """A record's events (each read by ``read_event``). With round records, a deferred
-    list like the sender's (its builder, its limits), whose fields are built here (a
-    record that cannot be built refuses its span only) and read by the OTLP encoder and
-    the Rerun translation alike; an ``Event`` is built only for a reader that needs one."""
+    list like the sender's (its builder, its limits), whose records are checked here (a
+    bad one refuses its span only) and read unbuilt by the OTLP encoder and the Rerun
+    translations alike; an ``Event`` is built only for a reader that needs one."""
     items: list[Any] = []
     append = items.append
     limits: tuple[Any, Any] | None = None
     rounds = 0
+    check = round_records.check if check_records else None
     # One pass, the round test inlined: a round-heavy frame holds thousands of entries.
     for e in entries:
         # A round record's entry: (record, max attributes, max length).
@@ -567,7 +571,9 @@ def _events_with_rounds(entries: tuple[Any, ...], read_event: Any,
                 limits = (e[1], e[2])
             elif e[1] != limits[0] or e[2] != limits[1]:
                 raise ValueError("round records of one span with different limits")
-            if not record or type(record[0]) is not int:
+            if check is not None:
+                check(record)
+            elif not record or type(record[0]) is not int:
                 raise ValueError("a round record is not (record, max attributes, "
                                  "max length)")
             append(record)
@@ -576,15 +582,10 @@ def _events_with_rounds(entries: tuple[Any, ...], read_event: Any,
             append(read_event(e))
     if limits is None:
         return items
-    try:
-        deferred = DeferredEvents.rebuilt(items, _round_event, *limits, _ROUND_NAME,
-                                          records=rounds)
-        deferred.dropped = int(dropped)  # before the fields, which are read at a count
-        if build_fields:
-            deferred.fields()
-        return deferred
-    except Exception as exc:  # whatever bytes arrive: this record is refused, not the frame
-        raise ValueError(f"a round record cannot be built: {exc!r}") from None
+    deferred = DeferredEvents.rebuilt(items, round_records.round_event, *limits, _ROUND_NAME,
+                                      records=rounds)
+    deferred.dropped = int(dropped)
+    return deferred
 
 
 def _event_full(e: Any) -> Event:
