@@ -138,15 +138,24 @@ def check(record: Any) -> None:
             or type(poly) not in (tuple, list) or not poly:
         raise ValueError("a round record's time, round, degree, poly or error has the "
                          "wrong type")
-    values = (*poly, *(v for v in (claim, chal) if v is not None))
     if deferred:
-        for value in values:
-            if type(value) is not int and not (
-                    type(value) in (tuple, list) and value
-                    and all(type(limb) is int for limb in value)):
-                raise ValueError("a round record's field element is not an int or limbs")
-    elif not all(type(v) is str for v in values):
+        # Ints first, one test each: the common case (a prime field's coefficients).
+        for value in poly:
+            if type(value) is not int and not _limbs(value):
+                raise ValueError("a round record's coefficient is not an int or limbs")
+        if (claim is not None and type(claim) is not int and not _limbs(claim)) or \
+                (chal is not None and type(chal) is not int and not _limbs(chal)):
+            raise ValueError("a round record's claim or challenge is not an int or limbs")
+    elif not all(type(v) is str for v in poly) \
+            or (claim is not None and type(claim) is not str) \
+            or (chal is not None and type(chal) is not str):
         raise ValueError("a round record's formatted values are not strings")
+
+
+def _limbs(value: Any) -> bool:
+    """Whether ``value`` is a non-empty tuple or list of ``int`` (an extension element)."""
+    return type(value) in (tuple, list) and bool(value) \
+        and all(type(limb) is int for limb in value)
 
 
 encode.register_record_encoder(round_event, event_body, max_attributes=ATTRIBUTES)
