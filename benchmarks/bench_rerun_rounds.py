@@ -64,19 +64,25 @@ ok = sink.flush(600)
 took, cpu = time.perf_counter() - start, time.process_time() - cpu
 sink.close(10)
 lost = ledger.total()
-print(f"{took / len(spans) * 1e6:.1f} {cpu / len(spans) * 1e6:.1f} {int(ok and not lost)}")
+import otel_proofscope
+print(f"{took / len(spans) * 1e6:.1f} {cpu / len(spans) * 1e6:.1f} {int(ok and not lost)} "
+      f"{otel_proofscope.__file__}")
 """
 
 
 def one(checkout: Path, layers: int, rounds: int) -> tuple[float, float, bool]:
     env = dict(os.environ, PYTHONPATH=str(checkout))
     with tempfile.TemporaryDirectory() as d:
+        # cwd: ``-c`` puts the working directory ahead of PYTHONPATH, and a run from a
+        # checkout would import that checkout's code, not ``checkout``'s.
         res = subprocess.run([sys.executable, "-c", CHILD, str(layers), str(rounds),
                               str(Path(d) / "bench.rrd")], env=env, capture_output=True,
-                             text=True, timeout=900)
+                             text=True, timeout=900, cwd=d)
     if res.returncode != 0:
         raise SystemExit(f"{checkout}: {res.stderr.strip()[-2000:]}")
-    us, cpu, ok = res.stdout.split()
+    us, cpu, ok, code = res.stdout.split()
+    if not Path(code).resolve().is_relative_to(checkout.resolve()):
+        raise SystemExit(f"the run for {checkout} imported {code}")
     return float(us), float(cpu), ok == "1"
 
 
