@@ -627,3 +627,65 @@ def test_a_child_still_starting_at_the_deadline_gets_a_bounded_grace(
     assert report.spans_exported["rerun"] == 4
     assert DROPS.total() == 0
     assert "/gkr/walk/nodes" in readback.read(rrd).paths()
+
+
+def test_at_the_close_the_view_is_drawn_before_otlp_exports(tmp_path: Path) -> None:
+    """Issue 29 decisions 2 and 3: both sinks share the child's one CPU's worth of
+    Python, so at the close the OTLP stage starts no export until the view is closed,
+    then gets what is left of the bound; before the close both export side by side."""
+    import io
+
+    from opentelemetry.sdk.trace import ReadableSpan
+    from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+
+    from otel_proofscope.ledger import DropLedger
+    from otel_proofscope.rerun import span_wire
+    from otel_proofscope.rerun.export_worker import (
+        ExportSinks,
+        ExportWorker,
+        OtlpStage,
+        ProgressLedger,
+    )
+    from otel_proofscope.rerun.process import SPANS
+    from otel_proofscope.rerun.sink import RerunSink
+    from otel_proofscope.rerun.target import parse_target
+    from tests.test_rerun_process import proof_spans
+
+    class Recording(SpanExporter):
+        def __init__(self) -> None:
+            self.started: list[float] = []
+            self.spans = 0
+
+        def export(self, spans: Any) -> SpanExportResult:
+            self.started.append(time.monotonic())
+            self.spans += len(spans)
+            return SpanExportResult.SUCCESS
+
+        def shutdown(self) -> None:
+            pass
+
+    class Slow(RerunSink):  # a view that takes its time to close
+        def close(self, timeout_s: float) -> None:
+            time.sleep(0.5)
+            super().close(timeout_s)
+            self.closed_at = time.monotonic()
+
+    ledger = ProgressLedger()
+    exporter = Recording()
+    otlp = OtlpStage(exporter, DropLedger(), export_witness=True, queue=1 << 16,
+                     ledger=ledger)
+    sink = Slow(parse_target(f"file:{tmp_path / 'first.rrd'}"), ledger=ledger)
+    worker = ExportWorker(ExportSinks(sink, otlp, ledger), ledger, io.BytesIO(), 1 << 16)
+    proof: list[ReadableSpan] = list(proof_spans())
+    payload, _ = span_wire.pack_spans_full(proof)
+    events = sum(len(s.events) for s in proof)
+    worker.handle(SPANS, len(proof), events, payload)
+    assert worker.sinks.flush(30)  # before the close: OTLP exports side by side
+    before = len(exporter.started)
+    assert before >= 1 and exporter.spans == len(proof)
+    worker.handle(SPANS, len(proof), events, payload)
+    worker.sinks.close(20)
+    assert exporter.spans == 2 * len(proof)  # everything exported, after the view
+    assert len(exporter.started) > before
+    assert min(exporter.started[before:]) >= sink.closed_at
+    assert sink.stats.spans_drawn == 2 * len(proof)
