@@ -224,12 +224,11 @@ class DeferredEvents(BoundedList):  # type: ignore[type-arg]
 
     def without(self, names: Collection[str]) -> DeferredEvents | None:
         """A copy without the events named in ``names``: its records still records, the
-        same drop count, and the fields this list reads (built once, for both); None
+        same drop count, and the fields this list has built, if any (shared); None
         when the records' name is not known in advance, or is itself in ``names``."""
         record_name = self._record_name
         if record_name is None or record_name in names:
             return None
-        fields = self.fields()
         with self._lock:
             items = list(self._dq)
             cached = self._fields
@@ -238,9 +237,11 @@ class DeferredEvents(BoundedList):  # type: ignore[type-arg]
         out = DeferredEvents.rebuilt([x for x, k in zip(items, keep, strict=True) if k],
                                      self._build, self._max_attrs, self._max_len, record_name)
         out.dropped = seen[1]
+        # Fields built already are shared; none are built here (the OTLP encoder writes
+        # round records straight from them).
         if cached is not None and cached[0] == seen:  # the fields are of these very items
             out._fields = ((len(out._dq), out.dropped),
-                           [f for f, k in zip(fields, keep, strict=True) if k])
+                           [f for f, k in zip(cached[1], keep, strict=True) if k])
         return out
 
     def timestamps(self) -> list[Any]:
