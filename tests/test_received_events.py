@@ -242,3 +242,19 @@ def test_invalid_spans_among_lazy_ones_are_rejected_with_partial_success() -> No
     assert "trace_id must be 16 bytes" in result.message
     assert [(e.name, dict(e.attributes)) for e in keep.spans[0].events] == [
         (ROUND, {Attr.SUMCHECK_ROUND: 0})]
+
+
+def test_empty_events_and_links_keep_the_senders_drop_counts() -> None:
+    pb = trace_pb2.Span(trace_id=b"\x01" * 16, span_id=b"\x02" * 8, name="s")
+    bare = decode.span(pb, RES, SCOPE)
+    assert (bare.events, bare.links, bare.dropped_events, bare.dropped_links) == ((), (), 0, 0)
+    assert sdk_fields.event_count(bare) == 0 and sdk_fields.span_fields(bare)[10] == 0
+    pb.dropped_events_count, pb.dropped_links_count = 3, 2
+    counted = decode.span(pb, RES, SCOPE)
+    assert (counted.dropped_events, counted.dropped_links) == (3, 2)
+    assert sdk_fields.span_fields(counted)[10] == 3
+    pb.status.code, pb.status.message = trace_pb2.Status.STATUS_CODE_ERROR, "why"
+    failed = decode.span(pb, RES, SCOPE)
+    assert (failed.status.status_code.name, failed.status.description) == ("ERROR", "why")
+    pb.status.code = trace_pb2.Status.STATUS_CODE_OK  # a message only an error carries
+    assert decode.span(pb, RES, SCOPE).status.description is None

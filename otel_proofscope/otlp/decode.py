@@ -78,6 +78,9 @@ _STATUS = {
 }
 _TEMPORALITY = {t.value: t for t in AggregationTemporality}
 _MAX_TRACESTATE_MEMBERS = 32
+_NO_TRACE_STATE = TraceState()
+# Shared, as the SDK shares its own default Status: a Status is never changed once made.
+_PLAIN_STATUS = {c: Status(c) for c in (StatusCode.UNSET, StatusCode.OK)}
 
 # Span.flags / Link.flags: bits 0-7 W3C trace flags, bit 8 "remote known", bit 9 "remote".
 _FLAG_REMOTE_KNOWN = 0x100
@@ -179,6 +182,8 @@ def _span_id(raw: bytes, what: str) -> int:
 
 
 def _trace_state(header: str) -> TraceState:
+    if not header:  # most spans: one shared empty state (a TraceState is immutable)
+        return _NO_TRACE_STATE
     # Parsed here rather than by TraceState.from_header, which logs a warning per bad
     # member: a sender must not be able to flood our log. An invalid header is dropped
     # whole, as W3C Trace Context asks.
@@ -215,29 +220,39 @@ def span(pb: trace_pb2.Span, res: Resource, sc: SdkScope) -> ReadableSpan:
         parent = SpanContext(trace_id, _span_id(pb.parent_span_id, "parent_span_id"),
                              is_remote=_is_remote(pb.flags),
                              trace_flags=TraceFlags(pb.flags & 0xFF))
-    # Events are read when a reader asks, and only as far as it asks (received_events).
-    events: BoundedList[Event]
-    if pb.events:
-        events = ReceivedEvents.of_span(pb)
-    else:
-        events = BoundedList(None)
-        events.dropped = int(pb.dropped_events_count)
-    links: BoundedList[Link] = BoundedList(None)
-    for i, link in enumerate(pb.links):
-        link_ctx = SpanContext(_trace_id(link.trace_id, f"links[{i}].trace_id"),
-                               _span_id(link.span_id, f"links[{i}].span_id"),
-                               is_remote=_is_remote(link.flags),
-                               trace_flags=TraceFlags(link.flags & 0xFF),
-                               trace_state=_trace_state(link.trace_state))
-        links.append(Link(link_ctx, _bounded(link.attributes, link.dropped_attributes_count)))
-    links.dropped = int(pb.dropped_links_count)
+    # An empty tuple where there is nothing (nor a drop count) to hold: a BoundedList
+    # makes a deque and a lock, ~1 µs each, twice a span (events, links).
+    links: Sequence[Link] = ()
+    if pb.links or pb.dropped_links_count:
+        bounded: BoundedList[Link] = BoundedList(None)
+        for i, link in enumerate(pb.links):
+            link_ctx = SpanContext(_trace_id(link.trace_id, f"links[{i}].trace_id"),
+                                   _span_id(link.span_id, f"links[{i}].span_id"),
+                                   is_remote=_is_remote(link.flags),
+                                   trace_flags=TraceFlags(link.flags & 0xFF),
+                                   trace_state=_trace_state(link.trace_state))
+            bounded.append(Link(link_ctx, _bounded(link.attributes,
+                                                   link.dropped_attributes_count)))
+        bounded.dropped = int(pb.dropped_links_count)
+        links = bounded
     code = _STATUS.get(pb.status.code)
     if code is None:
         raise Rejected(f"unknown status code {pb.status.code}")
-    status = Status(code, pb.status.message if code is StatusCode.ERROR else None)
+    status = _PLAIN_STATUS.get(code) if code is not StatusCode.ERROR else None
+    if status is None:
+        status = Status(code, pb.status.message if code is StatusCode.ERROR else None)
     kind = _SPAN_KIND.get(pb.kind)
     if kind is None:
         raise Rejected(f"unknown span kind {pb.kind}")
+    # Events are read when a reader asks, and only as far as it asks (received_events);
+    # copied out of the request only once the span is known to be accepted.
+    events: Sequence[Event] = ()
+    if pb.events:
+        events = ReceivedEvents.of_span(pb)
+    elif pb.dropped_events_count:
+        empty: BoundedList[Event] = BoundedList(None)
+        empty.dropped = int(pb.dropped_events_count)
+        events = empty
     return ReadableSpan(
         name=pb.name, context=ctx, parent=parent, resource=res,
         attributes=_span_attributes(pb.attributes, pb.dropped_attributes_count),

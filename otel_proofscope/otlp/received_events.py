@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import copy
 import threading
+from collections import deque
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -36,6 +37,8 @@ from opentelemetry.sdk.util import BoundedList
 
 from otel_proofscope.otlp.pb_values import attributes_counted, some_attributes
 
+#: Held while a list turns into a plain one (rare: a received span is not appended to).
+_PLAIN_LOCK = threading.Lock()
 #: ``(name, timestamp, attributes, dropped attributes)`` of one event.
 EventFields = tuple[str, Any, Any, int]
 
@@ -82,7 +85,8 @@ class ReceivedEvents(BoundedList):  # type: ignore[type-arg]
     _lock: threading.Lock
 
     def __init__(self, pbs: Sequence[Any], dropped: int = 0) -> None:
-        super().__init__(None)
+        # The base's deque and lock are made only if something is appended (_to_plain):
+        # they cost about as much as the rest of a received span's decode.
         self.dropped = int(dropped)
         self._pbs = pbs
         # Caches, each filled by its first reader. Written without a lock: two readers
@@ -192,19 +196,19 @@ class ReceivedEvents(BoundedList):  # type: ignore[type-arg]
         return f"{type(self).__name__}({self.events()}, maxlen=None)"
 
     def _to_plain(self) -> None:
-        if not self._plain:
-            self._dq.extend(self.events())
-            self._plain = True
-            self._pbs, self._fields, self._events, self._outline = (), None, None, None
+        with _PLAIN_LOCK:
+            if not self._plain:
+                self._dq = deque(self.events())
+                self._lock = threading.Lock()
+                self._plain = True
+                self._pbs, self._fields, self._events, self._outline = (), None, None, None
 
     def append(self, item: Any) -> None:
-        with self._lock:
-            self._to_plain()
+        self._to_plain()
         super().append(item)
 
     def extend(self, seq: Any) -> None:
-        with self._lock:
-            self._to_plain()
+        self._to_plain()
         super().extend(seq)
 
     def __deepcopy__(self, memo: dict[int, Any]) -> BoundedList:  # type: ignore[type-arg]
