@@ -19,7 +19,7 @@ exporter to a ``.rrd``, its trace-view bound, serve's collector policy) and its
   native ones) from the first ``Ingest.handle`` of the requests, as the gRPC front end
   calls it, until the exporter has flushed everything to the file (the first request,
   which opens the recording, is handled before and not counted). The next request is
-  handed once the sink's queue is under half full, as a patient sender would, so that
+  handed once the sink's queue is empty, as a patient sender would, so that
   the figure is what drawing costs and not what refusals cost (a refused request is
   parsed, and its first chunk decoded, for nothing: ``bench_trace.py`` counts those);
   one refused anyway is handed again after 20 ms. Waiting costs no CPU.
@@ -82,10 +82,11 @@ with tempfile.TemporaryDirectory() as d:
     retries = 0
     t0 = cpu()
     for p in payloads[1:]:
-        # A patient sender: the next request once the queue is under half full, so that
-        # the figure is the cost of drawing, not of refusals (bench_trace.py has those).
-        while any((b := e.backlog()) is not None and b[0] > b[1] // 2 for e in span_exps):
-            time.sleep(0.005)
+        # A patient sender: the next request once the queue is empty (the byte bound
+        # admits fewer than two 512-span requests of 16-round spans), so that the figure
+        # is the cost of drawing, not of refusals (bench_trace.py has those).
+        while any((b := e.backlog()) is not None and b[0] > 0 for e in span_exps):
+            time.sleep(0.002)
         while True:
             result = ingest.handle(codec.Signal.TRACES, p, codec.Encoding.PROTOBUF)
             if result.outcome is Outcome.OK:
