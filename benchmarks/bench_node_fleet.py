@@ -62,6 +62,13 @@ def main() -> int:
     parser.add_argument("--http", type=int, default=8, help="provers over OTLP/HTTP protobuf")
     parser.add_argument("--layers", type=int, default=250)
     parser.add_argument("--rounds", type=int, default=128)
+    parser.add_argument("--layer-ms", type=float, default=0.0,
+                        help="each prover's time per layer (a timer), so that its batch "
+                             "processor exports on its schedule (default 0: the whole proof "
+                             "at once, exported at the final flush)")
+    parser.add_argument("--serve-arg", action="append", default=[], metavar="ARG",
+                        help="extra argument for serve (repeat), e.g. "
+                             "--serve-arg=--max-message-bytes=16777216")
     parser.add_argument("--root", type=Path, default=ROOT, help="checkout whose serve runs")
     args = parser.parse_args()
     why = missing()
@@ -73,7 +80,7 @@ def main() -> int:
         env = {**os.environ, "XDG_RUNTIME_DIR": str(tmp), "PYTHONPATH": str(args.root)}
         serve = subprocess.Popen(
             [sys.executable, "-m", "otel_proofscope", "serve", "--grpc-port", "0",
-             "--http-port", "0", "--rerun", f"file:{tmp / 'fleet.rrd'}"],
+             "--http-port", "0", "--rerun", f"file:{tmp / 'fleet.rrd'}", *args.serve_arg],
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env,
             cwd=args.root)
         assert serve.stdout is not None
@@ -92,7 +99,7 @@ def main() -> int:
             for i in range(n):
                 provers.append(subprocess.Popen(
                     ["node", str(FLEET / "prover.mjs"), protocol, url, f"prover-{protocol}-{i}",
-                     str(args.layers), str(args.rounds)],
+                     str(args.layers), str(args.rounds), str(args.layer_ms)],
                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=FLEET))
         results = []
         deadline = start + FLEET_TIMEOUT_S
@@ -121,7 +128,8 @@ def main() -> int:
     failed = sum(r["failed"] for r in results)
     expected = (args.grpc + args.http) * (args.layers + 2)
     print(f"{args.grpc} gRPC + {args.http} HTTP provers, {args.layers} layers x {args.rounds} "
-          f"rounds each; serve from {args.root}")
+          f"rounds each, {args.layer_ms} ms a layer; serve from {args.root} "
+          f"{' '.join(args.serve_arg)}")
     for protocol in ("grpc", "http"):
         rs = [r for r in results if r["protocol"] == protocol]
         print(f"  {protocol}: handed {sum(r['handed'] for r in rs)}, exported "
@@ -130,6 +138,8 @@ def main() -> int:
     for r in results:
         for e in r["errors"]:
             print(f"  {r['name']}: {e}")
+        if r.get("flush_error"):
+            print(f"  {r['name']}: flush: {r['flush_error'][:200]}")
     received = next((x for x in summary.splitlines() if x.startswith("received:")), "")
     drawn_line = next((x for x in summary.splitlines() if x.startswith("rerun: drawn")), "")
     refused = {k: int(v) for k, v in re.findall(r"requests\.traces\.(\w+)=(\d+)", received)}

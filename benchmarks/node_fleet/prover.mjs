@@ -5,7 +5,10 @@
 // `proof.verify` span. Prints one JSON line: spans handed to the exporter, spans whose
 // export succeeded (after the exporter's own retries), and every failure's message.
 //
-// Usage: node prover.mjs grpc|http ENDPOINT NAME [LAYERS] [ROUNDS]
+// Usage: node prover.mjs grpc|http ENDPOINT NAME [LAYERS] [ROUNDS] [LAYER_MS]
+// LAYER_MS: the time one layer's proof takes (a timer: the work is elsewhere, on a GPU,
+// and leaves the machine's CPUs to serve), so that the batch processor exports on its
+// 5 s schedule as under a real prover, not the whole proof at its final flush.
 
 import { SpanStatusCode } from "@opentelemetry/api";
 import { OTLPTraceExporter as GrpcExporter } from "@opentelemetry/exporter-trace-otlp-grpc";
@@ -16,6 +19,7 @@ import { BatchSpanProcessor, TracerProvider } from "@opentelemetry/sdk-trace";
 const [protocol, endpoint, name, layersArg, roundsArg] = process.argv.slice(2);
 const LAYERS = Number(layersArg ?? 250);
 const ROUNDS = Number(roundsArg ?? 128);
+const LAYER_MS = Number(process.argv[7] ?? 0);
 
 const inner = protocol === "grpc"
   ? new GrpcExporter({ url: endpoint })
@@ -61,16 +65,21 @@ for (let i = LAYERS - 1; i >= 0; i--) {
       "proof.sumcheck.round": r, "proof.sumcheck.degree": 2, "proof.sumcheck.poly": poly,
       "proof.claim": `(${r * 7919 + i},1,2,3)` });
   }
-  layer.end();
-  // A prover yields between layers: the batch processor's timer and the exporter's
-  // sockets run meanwhile, as in a real prover's event loop.
-  if (i % 8 === 0) await new Promise((resolve) => setImmediate(resolve));
+  if (LAYER_MS > 0) {
+    // The batch processor's timer and the exporter's sockets run meanwhile.
+    await new Promise((resolve) => setTimeout(resolve, LAYER_MS));
+    layer.end();
+  } else {
+    layer.end();
+    if (i % 8 === 0) await new Promise((resolve) => setImmediate(resolve));
+  }
 }
 const verify = tracer.startSpan("proof.verify", { attributes: { "proof.verified": true } },
   rootCtx);
 verify.end();
 root.setStatus({ code: SpanStatusCode.OK });
 root.end();
-await provider.forceFlush();
-await provider.shutdown();
+// A failed export rejects the flush; its spans are already counted as failed above.
+try { await provider.forceFlush(); } catch (e) { result.flush_error = String(e?.message ?? e); }
+try { await provider.shutdown(); } catch (e) { result.flush_error ??= String(e?.message ?? e); }
 process.stdout.write(JSON.stringify(result) + "\n");
