@@ -4,6 +4,12 @@ Received spans become :class:`opentelemetry.sdk.trace.ReadableSpan` and received
 an SDK :class:`MetricsData`, so any SDK exporter (the Rerun exporters, an OTLP exporter, an
 in-memory exporter in a test) consumes them unchanged. No I/O happens here.
 
+A span's events are not converted here: they become a
+:class:`~otel_proofscope.otlp.received_events.ReceivedEvents`, read from the protobuf
+only as far as a reader asks (issue 29: building an SDK ``Event`` and reading every
+attribute of every received round event was half of ``proofscope serve``'s CPU). Span
+attributes are a plain dict unless something was dropped.
+
 Items that cannot be represented faithfully (a span whose ids have the wrong length, a
 histogram whose bucket counts do not match its bounds, a Summary metric, which the SDK has
 no type for) are rejected one by one and reported back as OTLP partial success, never
@@ -13,8 +19,7 @@ guessed at.
 from __future__ import annotations
 
 import math
-import operator
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,7 +28,7 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
     ExportMetricsServiceRequest,
 )
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-from opentelemetry.proto.common.v1.common_pb2 import AnyValue, InstrumentationScope, KeyValue
+from opentelemetry.proto.common.v1.common_pb2 import InstrumentationScope, KeyValue
 from opentelemetry.proto.metrics.v1 import metrics_pb2
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource as PbResource
 from opentelemetry.proto.trace.v1 import trace_pb2
@@ -50,6 +55,8 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope as SdkSc
 from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 from opentelemetry.trace.span import TraceState, _is_valid_pair
 
+from otel_proofscope.otlp import pb_values
+from otel_proofscope.otlp.received_events import ReceivedEvents
 from otel_proofscope.otlp.sdk_fields import bounded_attributes
 
 #: How many distinct rejection messages a batch keeps (the partial-success message).
@@ -71,6 +78,9 @@ _STATUS = {
 }
 _TEMPORALITY = {t.value: t for t in AggregationTemporality}
 _MAX_TRACESTATE_MEMBERS = 32
+_NO_TRACE_STATE = TraceState()
+# Shared, as the SDK shares its own default Status: a Status is never changed once made.
+_PLAIN_STATUS = {c: Status(c) for c in (StatusCode.UNSET, StatusCode.OK)}
 
 # Span.flags / Link.flags: bits 0-7 W3C trace flags, bit 8 "remote known", bit 9 "remote".
 _FLAG_REMOTE_KNOWN = 0x100
@@ -117,71 +127,11 @@ class MetricBatch:
 
 # ── attributes ───────────────────────────────────────────────────────────────────────
 
-
-def any_value(value: AnyValue) -> Any:
-    """An OTLP AnyValue as an SDK attribute value (``None`` for an empty value).
-
-    Arrays become tuples and key-value lists dicts (the SDK's extended attribute types);
-    bytes stay bytes.
-    """
-    kind = value.WhichOneof("value")
-    scalar = _SCALAR.get(kind)  # type: ignore[arg-type]
-    if scalar is not None:
-        return scalar(value)
-    if kind == "bytes_value":
-        return bytes(value.bytes_value)
-    if kind == "array_value":
-        return _array(value.array_value.values)
-    if kind == "kvlist_value":
-        return attributes(value.kvlist_value.values)
-    return None
-
-
-# The four scalar kinds, read with one C-level getter each: a received span carries
-# dozens of values (a prover's round events), and a chain of ``if kind == ...`` tests
-# plus a function call per value was most of the decoder's time.
-_SCALAR: dict[str, Any] = {k: operator.attrgetter(k) for k in (
-    "string_value", "int_value", "double_value", "bool_value")}
-
-
-def _array(values: Iterable[AnyValue]) -> tuple[Any, ...]:
-    get = _SCALAR.get
-    out = []
-    for v in values:
-        scalar = get(v.WhichOneof("value"))  # type: ignore[arg-type]
-        out.append(scalar(v) if scalar is not None else any_value(v))
-    return tuple(out)
-
-
-def attributes(kvs: Iterable[KeyValue]) -> dict[str, Any]:
-    """OTLP key-values as an attribute dict; empty values and empty keys (invalid in OTel)
-    are left out, the last of repeated keys wins."""
-    return _attributes(kvs)[0]
-
-
-def _attributes(kvs: Iterable[KeyValue]) -> tuple[dict[str, Any], int]:
-    """:func:`attributes` and how many empty keys were left out, in one pass (each
-    access to a received message costs; a second walk to count them cost ~10 %)."""
-    out: dict[str, Any] = {}
-    empty = 0
-    get = _SCALAR.get
-    for kv in kvs:
-        key = kv.key
-        if not key:
-            empty += 1
-            continue
-        value = kv.value
-        kind = value.WhichOneof("value")
-        scalar = get(kind)  # type: ignore[arg-type]
-        if scalar is not None:  # inline: the common case, one call fewer per value
-            out[key] = scalar(value)
-        elif kind == "array_value":
-            out[key] = _array(value.array_value.values)
-        else:
-            v = any_value(value)
-            if v is not None:
-                out[key] = v
-    return out, empty
+# The readers live in pb_values (received_events reads event attributes with them too);
+# named here as well, for callers of this module.
+any_value = pb_values.any_value
+attributes = pb_values.attributes
+_attributes = pb_values.attributes_counted
 
 
 def _bounded(kvs: Sequence[KeyValue], dropped: int) -> BoundedAttributes:
@@ -189,6 +139,15 @@ def _bounded(kvs: Sequence[KeyValue], dropped: int) -> BoundedAttributes:
     # that OTel forbids (empty) are added to it rather than lost without a trace.
     # Values built by any_value() are valid attribute values by construction.
     values, empty = _attributes(kvs)
+    return bounded_attributes(values, int(dropped) + empty)
+
+
+def _span_attributes(kvs: Sequence[KeyValue], dropped: int) -> dict[str, Any] | BoundedAttributes:
+    # A plain dict when nothing was dropped (ReadableSpan.dropped_attributes is then 0
+    # either way): a BoundedAttributes per span was ~2 µs, a twentieth of a foreign span.
+    values, empty = _attributes(kvs)
+    if not dropped and not empty:
+        return values
     return bounded_attributes(values, int(dropped) + empty)
 
 
@@ -223,6 +182,8 @@ def _span_id(raw: bytes, what: str) -> int:
 
 
 def _trace_state(header: str) -> TraceState:
+    if not header:  # most spans: one shared empty state (a TraceState is immutable)
+        return _NO_TRACE_STATE
     # Parsed here rather than by TraceState.from_header, which logs a warning per bad
     # member: a sender must not be able to flood our log. An invalid header is dropped
     # whole, as W3C Trace Context asks.
@@ -259,30 +220,42 @@ def span(pb: trace_pb2.Span, res: Resource, sc: SdkScope) -> ReadableSpan:
         parent = SpanContext(trace_id, _span_id(pb.parent_span_id, "parent_span_id"),
                              is_remote=_is_remote(pb.flags),
                              trace_flags=TraceFlags(pb.flags & 0xFF))
-    # One lock taken for all events (BoundedList.append takes it per event).
-    events: BoundedList[Event] = BoundedList.from_seq(None, [
-        Event(e.name, _bounded(e.attributes, e.dropped_attributes_count), e.time_unix_nano,
-              limit=None) for e in pb.events])
-    events.dropped = int(pb.dropped_events_count)
-    links: BoundedList[Link] = BoundedList(None)
-    for i, link in enumerate(pb.links):
-        link_ctx = SpanContext(_trace_id(link.trace_id, f"links[{i}].trace_id"),
-                               _span_id(link.span_id, f"links[{i}].span_id"),
-                               is_remote=_is_remote(link.flags),
-                               trace_flags=TraceFlags(link.flags & 0xFF),
-                               trace_state=_trace_state(link.trace_state))
-        links.append(Link(link_ctx, _bounded(link.attributes, link.dropped_attributes_count)))
-    links.dropped = int(pb.dropped_links_count)
+    # An empty tuple where there is nothing (nor a drop count) to hold: a BoundedList
+    # makes a deque and a lock, ~1 µs each, twice a span (events, links).
+    links: Sequence[Link] = ()
+    if pb.links or pb.dropped_links_count:
+        bounded: BoundedList[Link] = BoundedList(None)
+        for i, link in enumerate(pb.links):
+            link_ctx = SpanContext(_trace_id(link.trace_id, f"links[{i}].trace_id"),
+                                   _span_id(link.span_id, f"links[{i}].span_id"),
+                                   is_remote=_is_remote(link.flags),
+                                   trace_flags=TraceFlags(link.flags & 0xFF),
+                                   trace_state=_trace_state(link.trace_state))
+            bounded.append(Link(link_ctx, _bounded(link.attributes,
+                                                   link.dropped_attributes_count)))
+        bounded.dropped = int(pb.dropped_links_count)
+        links = bounded
     code = _STATUS.get(pb.status.code)
     if code is None:
         raise Rejected(f"unknown status code {pb.status.code}")
-    status = Status(code, pb.status.message if code is StatusCode.ERROR else None)
+    status = _PLAIN_STATUS.get(code) if code is not StatusCode.ERROR else None
+    if status is None:
+        status = Status(code, pb.status.message if code is StatusCode.ERROR else None)
     kind = _SPAN_KIND.get(pb.kind)
     if kind is None:
         raise Rejected(f"unknown span kind {pb.kind}")
+    # Events are read when a reader asks, and only as far as it asks (received_events);
+    # copied out of the request only once the span is known to be accepted.
+    events: Sequence[Event] = ()
+    if pb.events:
+        events = ReceivedEvents.of_span(pb)
+    elif pb.dropped_events_count:
+        empty: BoundedList[Event] = BoundedList(None)
+        empty.dropped = int(pb.dropped_events_count)
+        events = empty
     return ReadableSpan(
         name=pb.name, context=ctx, parent=parent, resource=res,
-        attributes=_bounded(pb.attributes, pb.dropped_attributes_count),
+        attributes=_span_attributes(pb.attributes, pb.dropped_attributes_count),
         events=events, links=links, kind=kind, status=status,
         start_time=pb.start_time_unix_nano, end_time=pb.end_time_unix_nano,
         instrumentation_scope=sc)

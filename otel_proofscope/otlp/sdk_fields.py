@@ -17,7 +17,9 @@ values that are already valid, skipping the SDK's per-value re-validation.
 :func:`deferred_events` is the other: it swaps a live span's event list for one that
 takes compact records on the prover thread (a sumcheck round) and builds the SDK's
 events when they are read; :data:`DEFERRED_OK` is its own probe, and without it the
-caller uses ``add_event``.
+caller uses ``add_event``. The readers below also know the receiver's event list
+(:class:`~otel_proofscope.otlp.received_events.ReceivedEvents`, events read from the
+protobuf on demand), which is public code of this package, not SDK internals.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from otel_proofscope.otlp.deferred_events import (
 )
 from otel_proofscope.otlp.deferred_events import private_event_fields as _private_event
 from otel_proofscope.otlp.deferred_events import public_event_fields as _public_event
+from otel_proofscope.otlp.received_events import ReceivedEvents
 
 #: The public ``ReadableSpan`` properties whose storage the private readers bypass; a
 #: class that overrides any of them is read through the public API.
@@ -80,7 +83,7 @@ def _private_span(span: Any, deferred: bool = False) -> SpanFields:
     if type(events) is BoundedList:
         dropped_events = events.dropped
         events = events._dq  # type: ignore[attr-defined]
-    elif type(events) is DeferredEvents:
+    elif type(events) is DeferredEvents or type(events) is ReceivedEvents:
         dropped_events = events.dropped
         if not deferred:
             events = events.events()
@@ -170,7 +173,7 @@ def span_events(span: Any) -> Sequence[Any]:
         events = span._events
         if type(events) is BoundedList:
             return events._dq  # type: ignore[attr-defined, no-any-return]
-        if type(events) is DeferredEvents:
+        if type(events) is DeferredEvents or type(events) is ReceivedEvents:
             return events.events()
     return getattr(span, "events", None) or ()
 
@@ -181,7 +184,7 @@ def span_events_unread(span: Any) -> Sequence[Any]:
     builds no ``Event`` for them (iterating it builds them, as any read does)."""
     if FIELDS_OK and _sdk_span_storage(type(span)):
         events = span._events
-        if type(events) is DeferredEvents:
+        if type(events) is DeferredEvents or type(events) is ReceivedEvents:
             return events
     return span_events(span)
 
@@ -189,7 +192,7 @@ def span_events_unread(span: Any) -> Sequence[Any]:
 def events_at(events: Sequence[Any], indices: list[int]) -> list[Any]:
     """The events at ``indices`` of a list :func:`span_events_unread` gave, as events; of
     a deferred list only those are built."""
-    if type(events) is DeferredEvents:
+    if type(events) is DeferredEvents or type(events) is ReceivedEvents:
         return events.events_at(indices)
     return [events[i] for i in indices]
 
@@ -200,7 +203,8 @@ def event_count(span: Any) -> int:
     where the processors size each span as it ends)."""
     if FIELDS_OK and _sdk_span_storage(type(span)):
         events = span._events
-        if type(events) is BoundedList or type(events) is DeferredEvents:
+        if (type(events) is BoundedList or type(events) is DeferredEvents
+                or type(events) is ReceivedEvents):
             return len(events)
     return len(getattr(span, "events", None) or ())
 
@@ -217,14 +221,14 @@ def _event_column(events: Any, private: str, index: int) -> list[Any]:
 def event_names(events: Any) -> list[Any]:
     """The name of every event of a span (a deferred list's records unbuilt where it
     knows their name)."""
-    if type(events) is DeferredEvents:
+    if type(events) is DeferredEvents or type(events) is ReceivedEvents:
         return events.names()
     return _event_column(events, "_name", 0)
 
 
 def event_timestamps(events: Any) -> list[Any]:
     """The timestamp of every event of a span (a deferred list's records unbuilt)."""
-    if type(events) is DeferredEvents:
+    if type(events) is DeferredEvents or type(events) is ReceivedEvents:
         return events.timestamps()
     return _event_column(events, "_timestamp", 1)
 
@@ -240,7 +244,7 @@ def events_fields(events: Any) -> list[EventFields]:
     """:func:`event_fields` of every event of a span, in one call (a prover span carries
     many events, and a call per event adds up). A deferred event list (``span_fields(...,
     deferred=True)``) gives its records' fields without building their events."""
-    if type(events) is DeferredEvents:
+    if type(events) is DeferredEvents or type(events) is ReceivedEvents:
         return events.fields()
     if FIELDS_OK:
         # The common case (an SDK Event with BoundedAttributes) is read inline: a

@@ -23,6 +23,7 @@ from typing import Any
 
 from otel_proofscope.fields import canonical_checked
 from otel_proofscope.otlp.deferred_events import DeferredEvents
+from otel_proofscope.otlp.received_events import ReceivedEvents, Unread
 from otel_proofscope.otlp.round_records import ATTRIBUTES as ROUND_EVENT_ATTRIBUTES
 from otel_proofscope.otlp.round_records import round_event
 from otel_proofscope.otlp.sdk_fields import event_fields, events_fields
@@ -30,12 +31,16 @@ from otel_proofscope.semconv import Attr, EventName
 
 _NAME = EventName.SUMCHECK_ROUND
 _ROUND, _CLAIM, _ERROR = Attr.SUMCHECK_ROUND, Attr.CLAIM, Attr.ERROR_TYPE
+_OUTLINED = frozenset((_ROUND, _CLAIM, _ERROR))
 
 
 def outline(events: Sequence[Any]) -> list[tuple[Any, Any, Any, Any]]:
     """The events' fields, round records outlined (see the module); fields already built
     as they are, and any other list (or a deferred one whose limits could change a round
-    event) as ``events_fields`` reads it."""
+    event) as ``events_fields`` reads it. A received span's rounds (``proofscope serve``)
+    are outlined from the protobuf: their other attributes (the polynomial) are not read."""
+    if type(events) is ReceivedEvents:
+        return events.outline(_NAME, _OUTLINED)
     if type(events) is not DeferredEvents or events.builder is not round_event:
         return events_fields(events)
     built = events.fields_if_built()  # the OTLP encoder's, in the export process
@@ -69,6 +74,8 @@ def full(item: tuple[Any, Any, Any, Any]) -> tuple[Any, Any, Any, Any]:
     """The exact fields of one :func:`outline` item (a round record built as the OTLP
     encoder builds it); any other item as it is."""
     record = item[3]
+    if type(record) is Unread:
+        return record.fields()
     if type(record) is not tuple:
         return item
     name, attrs = round_event(record)

@@ -53,6 +53,14 @@ EXPORT_TIMEOUT_MS = 10_000.0
 REPLY_WITHIN_S = 8.0
 #: Poll interval while a chunk waits for room in a span queue.
 QUEUE_POLL_S = 0.02
+#: How long a request's first chunk, converted already, waits for room in a span queue
+#: before the whole request is refused (the sender retries). Why not 0: a refused
+#: request has been parsed and its first chunk converted for nothing, and the sink
+#: drains a chunk in well under this (a 512-span chunk of 16-round spans ~0.3 s of CPU);
+#: refusing at once made serve refuse ~2 requests for each one it took
+#: (benchmarks/bench_trace.py: 206 refusals for 100 requests) and sit idle between
+#: its senders' retries.
+FIRST_CHUNK_WAIT_S = 1.0
 
 _ITEM_SIGNAL = {codec.Signal.TRACES: "spans", codec.Signal.METRICS: "metric_points"}
 
@@ -222,10 +230,11 @@ class Ingest:
         for chunk, wire in feed.chunks(request, self._chunk_size(), invalid):
             chunk_invalid, seen_invalid = invalid.count - seen_invalid, invalid.count
             if chunk:
-                # The first chunk is not waited for: a sender is pushed back (retry)
-                # before anything of its request is accepted; later chunks wait for
-                # room while the sender can still hear the answer.
-                failed = self._feed_spans(chunk, give_up if done else None)
+                # The first chunk waits briefly (FIRST_CHUNK_WAIT_S), then the sender is
+                # pushed back (retry) before anything of its request is accepted; later
+                # chunks wait for room while the sender can still hear the answer.
+                failed = self._feed_spans(chunk, give_up if done else min(
+                    give_up, time.monotonic() + FIRST_CHUNK_WAIT_S))
                 if failed is None:
                     if not done:  # counted once, as a refused request; the sender retries
                         return self._refuse_full(len(chunk))
