@@ -104,7 +104,10 @@ def _open(path: str) -> IO[bytes]:
 
 def rebase_offset(mode: str, parsed: Any, now_ns: int | None = None) -> int:
     """The constant added to every time of ``parsed`` (see EPILOG)."""
-    starts = [s.start_ns for s in parsed.spans] + [c.ts_ns for c in parsed.counters]
+    # The spans' column, not a list of a million starts (~36 MB at the peak).
+    starts = [ts for ts in (parsed.spans.first_start(),
+                            min((c.ts_ns for c in parsed.counters), default=None))
+              if ts is not None]
     if mode == "keep" or not starts:
         return 0
     now = time.time_ns() if now_ns is None else now_ns
