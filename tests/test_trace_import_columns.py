@@ -71,6 +71,7 @@ def test_a_span_is_a_copy_of_its_row() -> None:
     first, last = r.spans[0], r.spans[-1]
     assert isinstance(first, Span) and (first.index, last.index) == (0, 1)
     assert last.parent == 0 and r.spans.index(last) == 1
+    assert r.spans[np.int64(1)] == last
     last.parent = None  # changes the copy only
     assert r.spans[1].parent == 0
     with pytest.raises(IndexError):

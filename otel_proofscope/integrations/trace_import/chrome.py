@@ -50,6 +50,7 @@ import io
 import json
 import marshal
 import math
+import operator
 import re
 import sys
 from array import array
@@ -104,8 +105,8 @@ class Instant:
 
 @dataclass(slots=True)
 class Span:
-    """One parsed span: a copy of its row in :class:`SpanTable` (changing it changes
-    nothing there)."""
+    """One parsed span: a copy of its row in :class:`SpanTable` (setting a field changes
+    nothing there; ``events`` is the table's own list)."""
 
     name: str
     pid: Id
@@ -169,8 +170,7 @@ class SpanTable(Sequence[Span]):
 
     def __getitem__(self, i: int) -> Span:  # type: ignore[override]
         n = len(self.start)
-        if not isinstance(i, int):
-            raise TypeError("SpanTable indices are integers")
+        i = operator.index(i)  # a numpy integer too; no slices (a copy of rows: ask for it)
         if i < 0:
             i += n
         if not 0 <= i < n:
