@@ -15,7 +15,7 @@ every 0.1 s from ``/proc``. Sizes are MiB (printed "MB"). Big files go to ``--wo
 (default a folder under /tmp), never into the checkout.
 
     python benchmarks/bench_import.py [--runs 5] [--work /tmp/bench-import] \
-        [--cpus 0,1] [--only toy|synthetic] [--pythonpath CHECKOUT]
+        [--cpus 0,1] [--only toy|synthetic] [--pythonpath CHECKOUT] [--rerun off]
 
 ``--pythonpath`` runs another checkout's code (e.g. the main branch) for a before/after.
 Prints a Markdown table: median (range) of the runs, and the drop lines of the last run.
@@ -116,13 +116,13 @@ class _TreePeak(threading.Thread):
             self.peak = max(self.peak, _tree_rss(self.pid))
 
 
-def import_once(trace: Path, work: Path, cpus: set[int] | None,
-                pythonpath: str | None) -> tuple[float, float, float, float, list[str]]:
+def import_once(trace: Path, work: Path, cpus: set[int] | None, pythonpath: str | None,
+                rerun: str = "file") -> tuple[float, float, float, float, list[str]]:
     """(wall s, CPU s, peak RSS MB, peak tree RSS MB, summary's drop lines) of one
     import."""
     out = Path(tempfile.mkdtemp(dir=work, prefix="out-"))
     cmd = [sys.executable, "-m", "otel_proofscope", "import", str(trace), "--out",
-           str(out), "--rerun", f"file:{out / 'import.rrd'}"]
+           str(out), "--rerun", f"file:{out / 'import.rrd'}" if rerun == "file" else rerun]
     preexec = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
     t0 = time.monotonic()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
@@ -159,6 +159,9 @@ def main() -> None:
     ap.add_argument("--cpus", default=None, help="pin the imports to these CPUs (0,1)")
     ap.add_argument("--only", choices=("toy", "synthetic"), default=None)
     ap.add_argument("--pythonpath", default=None, help="another checkout to measure")
+    ap.add_argument("--rerun", default="file", help="'file' (default: a .rrd in the output "
+                    "folder) or any --rerun target, e.g. 'off' to measure without the Rerun "
+                    "sink (no export process)")
     args = ap.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
     cpus = {int(c) for c in args.cpus.split(",")} if args.cpus else None
@@ -172,7 +175,7 @@ def main() -> None:
     for run in range(args.runs):
         for name, path in traces.items():
             wall, cpu, rss, tree, lines = import_once(path, args.work, cpus,
-                                                      args.pythonpath)
+                                                      args.pythonpath, args.rerun)
             results[name].append((wall, cpu, rss, tree))
             last[name] = lines
             print(f"run {run + 1} {name}: {wall:.1f} s wall, {cpu:.1f} s CPU, "
@@ -181,7 +184,8 @@ def main() -> None:
     load = os.getloadavg()
     print(f"\n{args.runs} runs, load average at the end {load[0]:.1f} / {load[1]:.1f} / "
           f"{load[2]:.1f}, {os.cpu_count()} CPUs" + (f", pinned to {args.cpus}"
-                                                      if args.cpus else ""))
+                                                      if args.cpus else "")
+          + (f", --rerun {args.rerun}" if args.rerun != "file" else ""))
     print("\n| trace | file | wall s | CPU s | peak RSS MB | RSS / file | tree peak MB |"
           " tree / file |")
     print("|---|---|---|---|---|---|---|---|")
