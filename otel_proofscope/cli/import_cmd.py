@@ -49,8 +49,9 @@ shifted (before 1970, or past 2**63 ns) refuses its span, event or point, counte
 the summary and in proofscope.dropped (sink import, reason invalid).
 
 The file is read as a stream and the import waits for its sinks (nothing is dropped
-for speed: no live prover to protect). Measured on 2 shared CPUs: the viztracer trace
-of examples/toy_prover.py (657k entries, 103 MB) in benchmarks/README.md.
+for speed: no live prover to protect); the parsed spans are kept as columns, ~100
+bytes a span. Time and memory on 2 shared CPUs (the viztracer trace of
+examples/toy_prover.py, a 1M-event file): benchmarks/README.md.
 """
 
 #: Spans handed to the pipeline at once; the next chunk waits until every sink has
@@ -104,7 +105,10 @@ def _open(path: str) -> IO[bytes]:
 
 def rebase_offset(mode: str, parsed: Any, now_ns: int | None = None) -> int:
     """The constant added to every time of ``parsed`` (see EPILOG)."""
-    starts = [s.start_ns for s in parsed.spans] + [c.ts_ns for c in parsed.counters]
+    # The spans' column, not a list of a million starts (~36 MB at the peak).
+    starts = [ts for ts in (parsed.spans.first_start(),
+                            min((c.ts_ns for c in parsed.counters), default=None))
+              if ts is not None]
     if mode == "keep" or not starts:
         return 0
     now = time.time_ns() if now_ns is None else now_ns

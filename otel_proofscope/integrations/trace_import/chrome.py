@@ -25,10 +25,16 @@ outer@10`` gives outer ⊃ inner, as py-spy writes its stacks), and ``X`` events
 same interval likewise by their position in the file.
 
 The file is read as a stream (``ijson`` on its C backend, yajl2): memory grows with the
-spans kept, not with the file's text. A file that is not strictly valid JSON (cut short,
-a malformed stretch, NaN literals, invalid UTF-8) is read on from the first bad entry by
-a tolerant reader, which holds the file's text; byte offsets of bad entries are found by
-a second read only when there are any.
+spans kept, not with the file's text. The spans are kept as columns (:class:`SpanTable`:
+integer arrays, names and threads as indices into one table each, each span's args as
+one ``marshal`` record in a shared buffer), ~100 bytes a span with two small args; a
+:class:`Span` is a view built when asked for. As one Python object each they cost ~500
+bytes, and a 1M-event file (107 MiB) held 530 MB of them before a span was sent.
+
+A file that is not strictly valid JSON (cut short, a malformed stretch, NaN literals,
+invalid UTF-8) is read on from the first bad entry by a tolerant reader, which holds the
+file's text; byte offsets of bad entries are found by a second read only when there are
+any.
 
 Nothing is dropped silently: each array entry is either used, ignored (harmless
 metadata such as ``process_sort_index``) or skipped with a reason, so
@@ -40,12 +46,14 @@ stretch is skipped up to the next event.
 
 from __future__ import annotations
 
-import bisect
 import io
 import json
+import marshal
 import math
+import operator
 import re
 import sys
+from array import array
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -80,7 +88,9 @@ class ChromeFormatError(ValueError):
 
 
 _NO_ARGS: dict[str, Any] = {}  # shared by every event without args: never mutated
-_NO_EVENTS: list[Instant] = []  # shared until a span gets its first event: never mutated
+_NO_EVENTS: list[Instant] = []  # shared by every span without events: never mutated
+#: ``close`` of a span that no E closed (an X, b or unterminated B): after every entry.
+_NEVER = 1 << 62
 
 
 @dataclass(slots=True)
@@ -95,13 +105,16 @@ class Instant:
 
 @dataclass(slots=True)
 class Span:
+    """One parsed span: a copy of its row in :class:`SpanTable` (setting a field changes
+    nothing there; ``events`` is the table's own list)."""
+
     name: str
     pid: Id
     tid: Id
     start_ns: int
     end_ns: int
     args: dict[str, Any]
-    phase: str  # "X", "B" (a B/E pair) or "b" (an async pair)
+    phase: str  # "X", "B" (a B/E pair), "b" (an async pair) or "i" (a lone instant)
     category: str | None = None
     unterminated: bool = False
     parent: int | None = None  # index into ParseResult.spans
@@ -111,16 +124,148 @@ class Span:
     seq: int = 0
     #: position in the file of the E that closed a B (unclosed: after every entry):
     #: two B/E spans nest exactly as the file opened and closed them
-    close: int = 1 << 62
+    close: int = _NEVER
     depth: int = 0  # nesting depth on its thread (0: a root)
-    #: a B/E span: the B/E span open on its thread when it was opened (the file's tree)
-    opener: Span | None = None
+    index: int = 0  # its row in ParseResult.spans
 
-    def add_event(self, instant: Instant) -> None:
-        if self.events is _NO_EVENTS:
-            self.events = [instant]
-        else:
-            self.events.append(instant)
+
+class SpanTable(Sequence[Span]):
+    """The parsed spans as columns; ``table[i]`` builds the :class:`Span` of row ``i``.
+
+    Rows are appended as spans close (an X at once, a B at its E), so the row order is
+    the order the old list had. Integer columns are ``array`` (8 bytes a value, grown in
+    place) with numpy views for sorting; ``parent`` and ``depth`` are written by the
+    nesting. Args: one ``marshal`` record per span in one ``bytearray`` (26 bytes for
+    ``{"shard": 1234, "round": 4}``; marshal keeps ints of any size, floats, strings,
+    lists and dicts exactly, and its interned keys load as one object each). Decimals
+    (non-integer numbers, read exactly) are marshalled as 1-tuples of their text, which
+    JSON never produces, inside a tuple that marks the record."""
+
+    def __init__(self) -> None:
+        self.start = array("q")
+        self.end = array("q")
+        self.seq = array("q")
+        self.close = array("q")
+        #: a B/E span: the ``seq`` of the B/E span open on its thread when it was
+        #: opened (the file's own tree), else -1
+        self.opener = array("q")
+        self.parent = array("q")  # -1: a root
+        self.depth = array("i")
+        self.name = array("i")  # index into strings
+        self.category = array("i")  # index into strings, -1: none
+        self.thread = array("i")  # index into threads
+        self.phase = array("B")  # ord() of the phase letter
+        self.unterminated = array("B")
+        self.args_at = array("q", [0])  # record i is blob[args_at[i]:args_at[i + 1]]
+        self.blob = bytearray()
+        self.strings: list[str] = []
+        self.threads: list[tuple[Id, Id]] = []
+        self._string_index: dict[str, int] = {}
+        self._thread_index: dict[tuple[Id, Id], int] = {}
+        #: span events by row (most spans have none)
+        self.events: dict[int, list[Instant]] = {}
+
+    def __len__(self) -> int:
+        return len(self.start)
+
+    def __getitem__(self, i: int) -> Span:  # type: ignore[override]
+        n = len(self.start)
+        i = operator.index(i)  # a numpy integer too; no slices (a copy of rows: ask for it)
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError("span index out of range")
+        pid, tid = self.threads[self.thread[i]]
+        cat = self.category[i]
+        parent = self.parent[i]
+        return Span(self.strings[self.name[i]], pid, tid, self.start[i], self.end[i],
+                    self.args(i), chr(self.phase[i]),
+                    None if cat < 0 else self.strings[cat], bool(self.unterminated[i]),
+                    None if parent < 0 else parent, self.events.get(i, _NO_EVENTS),
+                    self.seq[i], self.close[i], self.depth[i], i)
+
+    def string(self, text: str) -> int:
+        k = self._string_index.get(text)
+        if k is None:
+            k = self._string_index[text] = len(self.strings)
+            self.strings.append(_intern(text))
+        return k
+
+    def thread_of(self, pid: Id, tid: Id) -> int:
+        key = (pid, tid)
+        k = self._thread_index.get(key)
+        if k is None:
+            k = self._thread_index[key] = len(self.threads)
+            self.threads.append(key)
+        return k
+
+    def append(self, name: str, pid: Id, tid: Id, start: int, end: int,
+               args: dict[str, Any], phase: str, category: str | None, seq: int, *,
+               close: int = _NEVER, opener: int = -1, unterminated: bool = False) -> int:
+        """Adds a span; its row."""
+        row = len(self.start)
+        self.start.append(start)
+        self.end.append(end)
+        self.seq.append(seq)
+        self.close.append(close)
+        self.opener.append(opener)
+        self.parent.append(-1)
+        self.depth.append(0)
+        self.name.append(self.string(name))
+        self.category.append(-1 if category is None else self.string(category))
+        self.thread.append(self.thread_of(pid, tid))
+        self.phase.append(ord(phase))
+        self.unterminated.append(unterminated)
+        if args:
+            self.blob += _pack(args)
+        self.args_at.append(len(self.blob))
+        return row
+
+    def args(self, i: int) -> dict[str, Any]:
+        at, to = self.args_at[i], self.args_at[i + 1]
+        if at == to:
+            return _NO_ARGS
+        value = marshal.loads(self.blob[at:to])
+        return _thaw(value[0]) if isinstance(value, tuple) else value  # type: ignore[no-any-return]
+
+    def add_event(self, i: int, instant: Instant) -> None:
+        self.events.setdefault(i, []).append(instant)
+
+    def column(self, name: str) -> np.ndarray[Any, np.dtype[Any]]:
+        """A numpy view of an integer column (no copy; valid until the next append)."""
+        col = getattr(self, name)
+        return np.frombuffer(col, dtype=np.dtype(col.typecode)) if len(col) \
+            else np.zeros(0, np.dtype(col.typecode))
+
+    def first_start(self) -> int | None:
+        return int(self.column("start").min()) if len(self) else None
+
+
+def _pack(args: dict[str, Any]) -> bytes:
+    try:
+        return marshal.dumps(args)
+    except ValueError:  # a Decimal somewhere: marshal has no type for it
+        return marshal.dumps((_freeze(args),))
+
+
+def _freeze(value: Any) -> Any:
+    if isinstance(value, Decimal):
+        return (str(value),)
+    if isinstance(value, dict):
+        return {k: _freeze(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_freeze(v) for v in value]
+    return value
+
+
+def _thaw(value: Any) -> Any:
+    if isinstance(value, tuple):
+        return Decimal(value[0])
+    if isinstance(value, dict):
+        return {k: _thaw(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_thaw(v) for v in value]
+    return value
 
 
 @dataclass(frozen=True)
@@ -134,7 +279,7 @@ class CounterPoint:
 
 @dataclass
 class ParseResult:
-    spans: list[Span] = field(default_factory=list)
+    spans: SpanTable = field(default_factory=SpanTable)
     counters: list[CounterPoint] = field(default_factory=list)
     process_names: dict[Id, str] = field(default_factory=dict)
     thread_names: dict[tuple[Id, Id], str] = field(default_factory=dict)
@@ -159,7 +304,7 @@ class ParseResult:
 
     @property
     def instants(self) -> int:
-        return sum(len(s.events) for s in self.spans)
+        return sum(len(events) for events in self.spans.events.values())
 
 
 def looks_like_chrome(head: bytes) -> bool:
@@ -445,11 +590,25 @@ def _number(value: Any) -> int | float | None:
     return None
 
 
+@dataclass(slots=True)
+class _Open:
+    """A B or b that is not closed yet (a few per thread: only these are objects)."""
+
+    name: str
+    pid: Id
+    tid: Id
+    start_ns: int
+    args: dict[str, Any]
+    category: str | None
+    seq: int
+    opener: int = -1  # seq of the B open on its thread when this one opened
+
+
 class _State:
     def __init__(self, result: ParseResult) -> None:
         self.r = result
-        self.open: dict[tuple[Id, Id], list[Span]] = {}  # B stacks per thread
-        self.open_async: dict[tuple[Any, ...], list[Span]] = {}  # b stacks per id
+        self.open: dict[tuple[Id, Id], list[_Open]] = {}  # B stacks per thread
+        self.open_async: dict[tuple[Any, ...], list[_Open]] = {}  # b stacks per id
         self.instants: list[Instant] = []
         self.last_ns: int | None = None
 
@@ -475,16 +634,14 @@ class _State:
             end = _end(start, dur, e.get("dur"))
             self._seen(start)
             self._seen(end)
-            r.spans.append(Span(name, pid, tid, start, end, _args(e.get("args")), "X",
-                                _category(e), seq=seq))
+            r.spans.append(name, pid, tid, start, end, _args(e.get("args")), "X",
+                           _category(e), seq)
         elif ph == "B":
             name = _name(e)
             start = self._seen(time_ns(e.get("ts")))
-            span = Span(name, pid, tid, start, start, _args(e.get("args")), "B", _category(e),
-                        seq=seq)
             stack = self.open.setdefault((pid, tid), [])
-            span.opener = stack[-1] if stack else None
-            stack.append(span)
+            stack.append(_Open(name, pid, tid, start, _args(e.get("args")), _category(e),
+                               seq, stack[-1].seq if stack else -1))
         elif ph == "E":
             end = self._seen(time_ns(e.get("ts")))
             opened = self.open.get((pid, tid))
@@ -493,11 +650,10 @@ class _State:
                             f"pid={pid} tid={tid} name={e.get('name')!r}")
             if opened[-1].start_ns > end:
                 raise _Skip("'E' before its 'B'", f"name={opened[-1].name!r}")
-            span = opened.pop()
-            span.end_ns = end
-            span.close = seq
-            _merge_args(span, e.get("args"))  # Chrome merges the E's args
-            r.spans.append(span)
+            o = opened.pop()
+            r.spans.append(o.name, pid, tid, o.start_ns, end,
+                           _merged(o.args, e.get("args")),  # Chrome merges the E's args
+                           "B", o.category, o.seq, close=seq, opener=o.opener)
         elif ph in ("b", "e"):
             self._async(e, ph, pid, tid, seq)
         elif ph in _INSTANT_PHASES:
@@ -521,19 +677,17 @@ class _State:
         key = (pid, _category(e), json.dumps(ident, default=str, sort_keys=True))
         ts = self._seen(time_ns(e.get("ts")))
         if ph == "b":
-            span = Span(_name(e), pid, tid, ts, ts, _args(e.get("args")), "b", _category(e),
-                        seq=seq)
-            self.open_async.setdefault(key, []).append(span)
+            self.open_async.setdefault(key, []).append(
+                _Open(_name(e), pid, tid, ts, _args(e.get("args")), _category(e), seq))
             return
         stack = self.open_async.get(key)
         if not stack:
             raise _Skip("'e' without an open 'b' of the same id", f"id={ident!r}")
         if stack[-1].start_ns > ts:
             raise _Skip("'e' before its 'b'", f"id={ident!r}")
-        span = stack.pop()
-        span.end_ns = ts
-        _merge_args(span, e.get("args"))
-        self.r.spans.append(span)
+        o = stack.pop()
+        self.r.spans.append(o.name, o.pid, o.tid, o.start_ns, ts,
+                            _merged(o.args, e.get("args")), "b", o.category, o.seq)
 
     def _counter(self, e: Mapping[str, Any], pid: Id) -> None:
         name = _name(e)
@@ -562,14 +716,17 @@ class _State:
     def finish(self) -> None:
         r = self.r
         last = self.last_ns if self.last_ns is not None else 0
-        for stacks in (self.open, self.open_async):
+        for phase, stacks in (("B", self.open), ("b", self.open_async)):
             for stack in stacks.values():
-                for span in stack:
-                    span.end_ns = max(last, span.start_ns)
-                    span.unterminated = True
+                for o in stack:
+                    r.spans.append(o.name, o.pid, o.tid, o.start_ns, max(last, o.start_ns),
+                                   o.args, phase, o.category, o.seq, opener=o.opener,
+                                   unterminated=True)
                     r.unterminated += 1
-                    r.spans.append(span)
+        self.open.clear()
+        self.open_async.clear()
         _nest(r.spans, self.instants, r)
+        self.instants = []
 
 
 def _category(e: Mapping[str, Any]) -> str | None:
@@ -577,111 +734,152 @@ def _category(e: Mapping[str, Any]) -> str | None:
     return _intern(cat) if isinstance(cat, str) and cat else None
 
 
-def _merge_args(span: Span, extra: Any) -> None:
+def _merged(args: dict[str, Any], extra: Any) -> dict[str, Any]:
     more = _args(extra)
-    if more:
-        span.args = {**span.args, **more}  # never into the shared empty dict
+    return {**args, **more} if more else args  # never into the shared empty dict
 
 
 # ── nesting ──────────────────────────────────────────────────────────────────────────
 
+#: Rows walked per ``tolist()`` (a million Python ints at once would cost ~36 MB).
+_WALK = 1 << 16
 
-def _nest(spans: list[Span], instants: list[Instant], r: ParseResult) -> None:
+
+def _rows(order: np.ndarray[Any, np.dtype[Any]]) -> Iterator[int]:
+    for at in range(0, len(order), _WALK):
+        yield from order[at:at + _WALK].tolist()
+
+
+def _nest(t: SpanTable, instants: list[Instant], r: ParseResult) -> None:
     """Parents by time containment on each thread; instants onto their innermost span.
 
     Spans of one thread in the order (start, longest first, file order): a parent comes
     before its children, and of two spans with the very same interval the one the file
     opened first is the parent (py-spy opens a whole stack at one timestamp and closes
-    it at another). numpy sorts: a million tuple keys would cost ~100 MB."""
-    by_thread: dict[tuple[Id, Id], list[int]] = {}
-    # Positions of the spans that open others (B/E files only; none for X-only files).
-    openers = {id(s.opener) for s in spans if s.opener is not None}
-    position = {id(s): i for i, s in enumerate(spans) if id(s) in openers}
-    for i, s in enumerate(spans):
-        if s.phase != "b":  # async spans belong to no thread stack
-            by_thread.setdefault((s.pid, s.tid), []).append(i)
-    # For instants: per thread, spans sorted by start with their nesting depth.
-    index: dict[tuple[Id, Id], tuple[list[int], list[int]]] = {}
-    for key, unsorted in by_thread.items():
-        ids = _containment_order(spans, unsorted)
-        stack: list[int] = []
-        for i in ids:
-            s = spans[i]
-            while stack and not _encloses(spans[stack[-1]], s):
-                stack.pop()
-            opener = s.opener
-            at = -1 if opener is None else position.get(id(opener), -1)
-            if at >= 0 and (not stack or (not _encloses(spans[at], spans[stack[-1]])
-                            and stack[-1] != at)):
-                # Ties sorted a B/E span after a longer sibling subtree that popped its
-                # opener: the file's own stack is the truth; the walk goes on from there.
-                stack = _path(spans, at)
-            s.parent = stack[-1] if stack else None
-            s.depth = len(stack)
-            stack.append(i)
-        index[key] = (ids, [spans[i].start_ns for i in ids])
+    it at another). numpy sorts the columns; the walk reads them as ``array`` values
+    (Python ints made one at a time, none kept)."""
+    order, opener_row = _walk_order(t)
+    start, end, seq, close, phase = t.start, t.end, t.seq, t.close, t.phase
+    parent, depth, thread = t.parent, t.depth, t.thread
+    b = ord("B")
+
+    def encloses(outer: int, inner: int) -> bool:
+        """Whether ``inner`` (later in the containment order) nests in ``outer``. Two
+        B/E spans by the file's own stack (opened after and closed before), which also
+        keeps a zero-length span at its predecessor's end out of it; else by time."""
+        if phase[outer] == b and phase[inner] == b:
+            return seq[outer] < seq[inner] and close[inner] < close[outer] \
+                and start[outer] <= start[inner] and end[inner] <= end[outer]
+        return start[outer] <= start[inner] and end[inner] <= end[outer]
+
+    stack: list[int] = []
+    current = -1
+    for i in _rows(order):
+        if thread[i] != current:
+            current = thread[i]
+            stack = []
+        while stack and not encloses(stack[-1], i):
+            stack.pop()
+        at = opener_row[i]
+        if at >= 0 and (not stack or (not encloses(at, stack[-1]) and stack[-1] != at)):
+            # Ties sorted a B/E span after a longer sibling subtree that popped its
+            # opener: the file's own stack is the truth; the walk goes on from there.
+            stack = _path(t, at)
+        parent[i] = stack[-1] if stack else -1
+        depth[i] = len(stack)
+        stack.append(i)
+    del opener_row
+    if instants:
+        _place_instants(t, order, instants, r)
+
+
+def _walk_order(t: SpanTable) -> tuple[np.ndarray[Any, np.dtype[Any]], array[int]]:
+    """The rows on thread stacks (async spans belong to none) thread by thread, each
+    thread's in containment order; and each row's opener as a row (-1: none). The numpy
+    views of the columns end here: an ``array`` cannot grow while one is exported."""
+    n = len(t)
+    starts, ends, seqs = t.column("start"), t.column("end"), t.column("seq")
+    phases, threads, openers = t.column("phase"), t.column("thread"), t.column("opener")
+    # A B's opener is a B row: found by its seq among the B rows'.
+    is_b = phases == ord("B")
+    b_rows = np.flatnonzero(is_b)
+    by_seq = b_rows[np.argsort(seqs[b_rows], kind="stable")]
+    has_opener = is_b & (openers >= 0)
+    opener_row = array("q", bytes(8 * n))
+    rows = np.frombuffer(opener_row, dtype=np.int64) if n else np.zeros(0, np.int64)
+    rows[:] = -1
+    rows[has_opener] = by_seq[np.searchsorted(seqs[by_seq], openers[has_opener])]
+    del rows
+    # lexsort's last key is the primary one; ``~end`` (= -end - 1) sorts the longest
+    # first without overflow (times are within ±2**63). Without async spans (the usual
+    # file) the columns are sorted as they are, not copied out first (8 MB a million).
+    is_async = phases == ord("b")
+    if not is_async.any():
+        return np.lexsort((seqs, ~ends, starts, threads)), opener_row
+    on_thread = np.flatnonzero(~is_async)
+    order = on_thread[np.lexsort((seqs[on_thread], ~ends[on_thread], starts[on_thread],
+                                  threads[on_thread]))]
+    return order, opener_row
+
+
+def _place_instants(t: SpanTable, order: np.ndarray[Any, np.dtype[Any]],
+                    instants: list[Instant], r: ParseResult) -> None:
+    """Each instant onto the innermost span of its thread that encloses it (``p``/``g``
+    scope: of its process / of any thread, if its own has none); else a span itself."""
+    threads = t.column("thread")[order]
+    cut = np.flatnonzero(np.diff(threads)) + 1
+    index: dict[tuple[Id, Id], tuple[np.ndarray[Any, np.dtype[Any]],
+                                     np.ndarray[Any, np.dtype[Any]]]] = {}
+    starts = t.column("start")
+    for ids in np.split(order, cut):
+        if len(ids):
+            index[t.threads[t.thread[int(ids[0])]]] = (ids, starts[ids])
+    del threads, cut, starts
     for inst in sorted(instants, key=lambda x: x.ts_ns):
-        owner = _innermost(spans, index.get((inst.pid, inst.tid)), inst.ts_ns)
+        owner = _innermost(t, index.get((inst.pid, inst.tid)), inst.ts_ns)
         if owner is None and inst.scope in ("p", "g"):
             for (pid, _tid), entry in index.items():
                 if inst.scope == "g" or pid == inst.pid:
-                    owner = _innermost(spans, entry, inst.ts_ns)
+                    owner = _innermost(t, entry, inst.ts_ns)
                     if owner is not None:
                         break
         if owner is not None:
-            spans[owner].add_event(inst)
+            t.add_event(owner, inst)
         else:
-            r.instants_as_spans += 1
-            spans.append(Span(inst.name, inst.pid, inst.tid, inst.ts_ns, inst.ts_ns,
-                              inst.args, "i", seq=len(spans)))
+            _lone_instant(t, inst, r)
 
 
-def _path(spans: Sequence[Span], i: int) -> list[int]:
+def _lone_instant(t: SpanTable, inst: Instant, r: ParseResult) -> None:
+    r.instants_as_spans += 1
+    t.append(inst.name, inst.pid, inst.tid, inst.ts_ns, inst.ts_ns, inst.args, "i", None,
+             len(t))
+
+
+def _path(t: SpanTable, i: int) -> list[int]:
     """Span ``i`` and its ancestors, root first."""
     path: list[int] = []
-    node: int | None = i
-    while node is not None:
+    node = i
+    while node >= 0:
         path.append(node)
-        node = spans[node].parent
+        node = t.parent[node]
     path.reverse()
     return path
 
 
-def _encloses(outer: Span, inner: Span) -> bool:
-    """Whether ``inner`` (later in the containment order) nests in ``outer``. Two B/E
-    spans by the file's own stack (opened after and closed before), which also keeps a
-    zero-length span at its predecessor's end out of it; anything else by time."""
-    if outer.phase == "B" and inner.phase == "B":
-        return outer.seq < inner.seq and inner.close < outer.close \
-            and outer.start_ns <= inner.start_ns and inner.end_ns <= outer.end_ns
-    return outer.start_ns <= inner.start_ns and inner.end_ns <= outer.end_ns
-
-
-def _containment_order(spans: Sequence[Span], ids: list[int]) -> list[int]:
-    """``ids`` sorted by (start, end descending, seq). Times are within ±2**63, so
-    ``~end`` (= -end - 1) never overflows int64."""
-    if len(ids) < 2:
-        return ids
-    starts = np.fromiter((spans[i].start_ns for i in ids), np.int64, len(ids))
-    ends = np.fromiter((~spans[i].end_ns for i in ids), np.int64, len(ids))
-    seqs = np.fromiter((spans[i].seq for i in ids), np.int64, len(ids))
-    order = np.lexsort((seqs, ends, starts))  # the last key is the primary one
-    return [ids[k] for k in order.tolist()]
-
-
-def _innermost(spans: Sequence[Span], entry: tuple[list[int], list[int]] | None,
+def _innermost(t: SpanTable, entry: tuple[np.ndarray[Any, np.dtype[Any]],
+                                          np.ndarray[Any, np.dtype[Any]]] | None,
                ts: int) -> int | None:
     """The deepest span of a thread that encloses ``ts`` (latest-starting container)."""
     if entry is None:
         return None
     ids, starts = entry
-    k = bisect.bisect_right(starts, ts) - 1
+    k = int(np.searchsorted(starts, ts, side="right")) - 1
     if k < 0:
         return None
     # The latest span starting at or before ts, else the nearest of its ancestors that
     # is still open at ts. Nothing earlier can enclose ts without also enclosing that
     # span, which would make it one of those ancestors.
-    node: int | None = ids[k]
-    while node is not None and spans[node].end_ns < ts:
-        node = spans[node].parent
-    return node
+    node = int(ids[k])
+    while node >= 0 and t.end[node] < ts:
+        node = t.parent[node]
+    return node if node >= 0 else None

@@ -9,10 +9,12 @@ attributes under their own keys, so mapping rules can read them (``index_from =
 "shard"``). Counters become gauge points stamped with their own timestamps.
 
 Spans are built one at a time (:class:`Converter`), so an import holds the parsed file
-and a few thousand SDK spans, never all of them (a ``ReadableSpan`` costs ~2 KB: the
-viztracer trace of ``examples/toy_prover.py``, 655k spans, held 1.5 GB that way). Span
-ids are a bijective 64-bit mix of the span's index and one random key: unique within a
-file, reproducible with ``seed``, and nothing to store.
+(its columns) and a few thousand SDK spans, never all of them (a ``ReadableSpan`` costs
+~2 KB: the viztracer trace of ``examples/toy_prover.py``, 655k spans, held 1.5 GB that
+way). The orders and screens below are numpy over the columns: a Python list of a
+million indices costs ~36 MB, held for the whole send. Span ids are a bijective 64-bit
+mix of the span's index and one random key: unique within a file, reproducible with
+``seed``, and nothing to store.
 
 Times: ``offset_ns`` shifts every timestamp by one constant. A span, event or counter
 point whose shifted time falls outside [0, 2**63) ns is refused and counted
@@ -118,9 +120,10 @@ class Converter:
     def _screen(self) -> None:
         """Refuse what the shift puts outside [0, 2**63) ns (counted, with reasons)."""
         off, r = self.offset_ns, self.refused
-        for i, s in enumerate(self.parsed.spans):
-            if s.start_ns + off >= 0 and s.end_ns + off < TIME_LIMIT_NS:
-                continue
+        spans = self.parsed.spans
+        out = _outside(spans.column("start"), spans.column("end"), off)
+        for i in out.tolist():
+            s = spans[i]
             self._refused.add(i)
             r.spans += 1
             r.events += len(s.events)
@@ -159,10 +162,11 @@ class Converter:
         return _mix(self._key + i)
 
     def kept_parent(self, s: Span) -> int | None:
-        parent = s.parent
-        while parent is not None and parent in self._refused:
-            parent = self.parsed.spans[parent].parent
-        return parent
+        parent = -1 if s.parent is None else s.parent
+        column = self.parsed.spans.parent
+        while parent >= 0 and parent in self._refused:
+            parent = column[parent]
+        return None if parent < 0 else parent
 
     def span(self, i: int) -> ReadableSpan | None:
         """The SDK span of parsed span ``i`` (None: refused, counted in ``refused``)."""
@@ -229,13 +233,36 @@ def convert(parsed: ParseResult, base: Resource, *, offset_ns: int = 0,
     return Converted(out, metrics, points, conv.traces, conv.refused)
 
 
+def _outside(starts: np.ndarray[Any, np.dtype[Any]], ends: np.ndarray[Any, np.dtype[Any]],
+             offset_ns: int) -> np.ndarray[Any, np.dtype[Any]]:
+    """Rows whose start + offset < 0 or end + offset >= 2**63 (the sums are never formed:
+    they may not fit in int64; the bounds are compared as Python ints first)."""
+    low, high = -offset_ns, TIME_LIMIT_NS - offset_ns  # ok: low <= start, end < high
+    int64 = np.iinfo(np.int64)
+    if low > int64.max or high <= int64.min:
+        return np.arange(len(starts))
+    bad = np.zeros(len(starts), bool)
+    if low > int64.min:
+        bad |= starts < low
+    if high <= int64.max:
+        bad |= ends >= high
+    return np.flatnonzero(bad)
+
+
+def _end_key(parsed: ParseResult, rows: np.ndarray[Any, np.dtype[Any]],
+             ) -> np.ndarray[Any, np.dtype[Any]]:
+    """``rows`` sorted by (end, start descending, depth descending, row): a live SDK's
+    export order. ``~x`` (= -x - 1) sorts descending without overflow."""
+    t = parsed.spans
+    return rows[np.lexsort((rows, ~t.column("depth")[rows].astype(np.int64),
+                            ~t.column("start")[rows], t.column("end")[rows]))]
+
+
 def _end_order(parsed: ParseResult) -> list[int]:
     """Span indices in the order a live SDK exports them: by end time, a child before
     the parent it ends with. An import then looks to every sink like the prover itself
     sending (mapping rules that hold a child for its parent rely on it)."""
-    return sorted(range(len(parsed.spans)),
-                  key=lambda i: (parsed.spans[i].end_ns, -parsed.spans[i].start_ns,
-                                 -parsed.spans[i].depth, i))
+    return _end_key(parsed, np.arange(len(parsed.spans))).tolist()  # type: ignore[no-any-return]
 
 
 def send_order(parsed: ParseResult, mapped: Callable[[Span], bool] | None = None,
@@ -251,22 +278,25 @@ def send_order(parsed: ParseResult, mapped: Callable[[Span], bool] | None = None
     spans that wait are the mapped ones, for their unmapped ancestors.
     """
     spans = parsed.spans
-    first: list[int] = []
-    rest = range(len(spans))
-    if mapped is not None:
-        flags = [mapped(s) for s in spans]
-        first = [i for i, f in enumerate(flags) if f]
-        first.sort(key=lambda i: (spans[i].end_ns, -spans[i].start_ns, -spans[i].depth, i))
-        rest = [i for i, f in enumerate(flags) if not f]  # type: ignore[assignment]
-    yield from first
-    if not rest:
+    n = len(spans)
+    if mapped is None:  # all of them: the columns sorted as they are, not copied first
+        yield from _chunked(np.lexsort((spans.column("seq"), spans.column("depth"),
+                                        spans.column("start"))))
         return
-    ids = np.fromiter(rest, np.int64, len(rest))
-    starts = np.fromiter((spans[i].start_ns for i in rest), np.int64, len(rest))
-    depths = np.fromiter((spans[i].depth for i in rest), np.int64, len(rest))
-    seqs = np.fromiter((spans[i].seq for i in rest), np.int64, len(rest))
-    order = np.lexsort((seqs, depths, starts))
-    yield from ids[order].tolist()
+    flags = np.fromiter((mapped(spans[i]) for i in range(n)), bool, n)
+    yield from _chunked(_end_key(parsed, np.flatnonzero(flags)))
+    rest = np.flatnonzero(~flags)
+    del flags
+    if len(rest):
+        order = np.lexsort((spans.column("seq")[rest], spans.column("depth")[rest],
+                            spans.column("start")[rest]))
+        yield from _chunked(rest[order])
+
+
+def _chunked(rows: np.ndarray[Any, np.dtype[Any]]) -> Iterator[int]:
+    """The rows as Python ints, 65,536 at a time (not a million at once: ~36 MB)."""
+    for at in range(0, len(rows), 1 << 16):
+        yield from rows[at:at + (1 << 16)].tolist()
 
 
 def _metrics(counters: Sequence[CounterPoint], resource: Any,
