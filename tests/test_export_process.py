@@ -8,6 +8,8 @@ import json
 import logging
 import os
 import signal
+import subprocess
+import sys
 import textwrap
 import threading
 import time
@@ -689,3 +691,30 @@ def test_at_the_close_the_view_is_drawn_before_otlp_exports(tmp_path: Path) -> N
     assert len(exporter.started) > before
     assert min(exporter.started[before:]) >= sink.closed_at
     assert sink.stats.spans_drawn == 2 * len(proof)
+
+
+def test_the_child_imports_this_package_whatever_the_working_directory_holds(
+        tmp_path: Path) -> None:
+    """``python -m`` puts the working directory first on the child's path: a prover run
+    from a folder holding another ``otel_proofscope`` (a checkout) got a child of that
+    version. The children start with ``-P`` and the parent's own package."""
+    decoy = tmp_path / "work" / "otel_proofscope"
+    decoy.mkdir(parents=True)
+    (decoy / "__init__.py").write_text("raise ImportError('the decoy was imported')\n")
+    script = tmp_path / "prover.py"  # its own folder, not the decoy's, leads its path
+    rrd = tmp_path / "view.rrd"
+    script.write_text(textwrap.dedent(f"""
+        import otel_proofscope as ps
+        telemetry = ps.configure(rerun="file:{rrd}", set_global=False,
+                                 out_dir={str(tmp_path)!r})
+        with telemetry.tracer.proof(system="gkr", layers=1):
+            with telemetry.tracer.layer(index=0, kind="MatMul", rounds=1):
+                telemetry.tracer.sumcheck_round(0, [1, 2], 3)
+        report = telemetry.shutdown(timeout_s=30)
+        print("RERUN", report.spans_exported["rerun"])
+    """))
+    out = subprocess.run([sys.executable, str(script)], cwd=decoy.parent, text=True,
+                         capture_output=True, timeout=120, env=child_env())
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "decoy" not in out.stderr and "RERUN 2" in out.stdout, out.stderr[-3000:]
+    assert "/gkr/walk/nodes" in readback.read(rrd).paths()

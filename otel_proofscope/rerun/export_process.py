@@ -46,7 +46,6 @@ import json
 import logging
 import os
 import subprocess
-import sys
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -60,6 +59,7 @@ from otel_proofscope.otlp.sdk_fields import event_count
 from otel_proofscope.pipeline.forking import after_fork_in_child
 from otel_proofscope.pipeline.privacy import WitnessFilter, strip_witness
 from otel_proofscope.rerun import prestart, process
+from otel_proofscope.rerun.child_command import child_command
 from otel_proofscope.rerun.exporter_base import (
     RerunMetricExporterBase,
     RerunSpanExporterBase,
@@ -125,7 +125,7 @@ class ExportConfig:
                 "rerun_queue": self.rerun_queue}
 
     def argv(self) -> list[str]:
-        return [sys.executable, "-m", prestart.MODULE, json.dumps(self.payload())]
+        return child_command(prestart.MODULE, json.dumps(self.payload()))
 
 
 class _Nowhere(SpanExporter):

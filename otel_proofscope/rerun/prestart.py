@@ -13,7 +13,8 @@ from its stdin: a 4-byte big-endian length and that many bytes of JSON,
 it changed since the child started: the child reads its variables after the header).
 End of input before the header means nobody took it: it exits 0 without a word.
 
-This module imports the standard library only: it runs before the prover's imports.
+This module imports the standard library (and the stdlib-only ``child_command``): it
+runs before the prover's imports.
 """
 
 from __future__ import annotations
@@ -24,9 +25,10 @@ import json
 import os
 import struct
 import subprocess
-import sys
 import threading
 from typing import Any
+
+from otel_proofscope.rerun.child_command import child_command
 
 #: The child's one argument when it waits for its configuration on stdin.
 ARG = "--config-from-stdin"
@@ -57,7 +59,7 @@ def prestart() -> bool:
             # ignore SIGINT as every child of the prover does) must not print a
             # KeyboardInterrupt traceback; the parent stops it by closing its stdin.
             env = dict(os.environ)  # what the child starts with: take() sends the changes
-            _waiting = subprocess.Popen([sys.executable, "-m", MODULE, ARG],
+            _waiting = subprocess.Popen(child_command(MODULE, ARG),
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                         close_fds=True, process_group=0, env=env)
         except (OSError, ValueError):  # no process groups (Windows): configure() starts it

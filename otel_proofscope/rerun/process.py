@@ -42,7 +42,6 @@ import logging
 import os
 import struct
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Sequence
@@ -59,6 +58,7 @@ from otel_proofscope.ledger import DROPS, DropLedger
 from otel_proofscope.otlp.encode import encode_metrics_request
 from otel_proofscope.otlp.sdk_fields import event_count
 from otel_proofscope.pipeline.forking import after_fork_in_child
+from otel_proofscope.rerun.child_command import child_command
 from otel_proofscope.rerun.exporter_base import (
     RerunMetricExporterBase,
     RerunSpanExporterBase,
@@ -169,7 +169,7 @@ class RerunWorker:
         self._warned = False
         self.proc = self._spawn(
             list(argv) if argv is not None
-            else [sys.executable, "-m", "otel_proofscope.rerun.worker", target.name])
+            else child_command("otel_proofscope.rerun.worker", target.name))
         assert self.proc.stdin is not None and self.proc.stdout is not None
         self._writer = threading.Thread(target=self._write_loop, args=(self.proc.stdin,),
                                         daemon=True, name="proofscope-rerun-proc-writer")
