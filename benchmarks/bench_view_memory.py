@@ -1,7 +1,7 @@
 """RSS the Rerun view grows by while it draws one large trace (issue 29, decision 6).
 
 Run: python benchmarks/bench_view_memory.py [--spans 60000] [--repeat 3]
-       [--modes all,nothing-sent]
+       [--modes all,nothing-sent] [--old CHECKOUT]
 
 Each run is a fresh process: N ``proof.layer`` spans of one proof (as
 ``bench_memory.py`` makes them) are fed to a :class:`~otel_proofscope.rerun.sink.RerunSink`
@@ -13,6 +13,9 @@ again after the close. Modes, interleaved:
 * ``nothing-sent``: the same translation, with the sends to Rerun left out: what our
   own state (and Python's allocator) holds, apart from the Rerun SDK's.
 
+With ``--old CHECKOUT`` every mode also runs with ``PYTHONPATH=CHECKOUT`` (another
+tree of this package, e.g. main), interleaved with this tree's runs.
+
 Why: against a dead collector the export process grows with what it draws, not with
 what it queues (benchmarks/README.md, decision 6). This splits that growth.
 """
@@ -20,6 +23,7 @@ what it queues (benchmarks/README.md, decision 6). This splits that growth.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import subprocess
 import sys
@@ -69,10 +73,14 @@ CHILD = textwrap.dedent("""
 """)
 
 
-def one(mode: str, spans: int, tmp: Path) -> tuple[float, float]:
+HERE = str(Path(__file__).resolve().parent.parent)
+
+
+def one(mode: str, spans: int, tmp: Path, root: str = HERE) -> tuple[float, float]:
+    env = dict(os.environ, PYTHONPATH=root)
     out = subprocess.run([sys.executable, "-c", CHILD, str(spans), mode,
                           str(tmp / f"{mode}.rrd")], capture_output=True, text=True,
-                         timeout=1800, check=True)
+                         timeout=1800, check=True, env=env)
     drawn, closed = (int(x) for x in out.stdout.split())
     return drawn / 2**20, closed / 2**20
 
@@ -83,14 +91,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--spans", type=int, default=60_000)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--modes", default="all,nothing-sent")
+    parser.add_argument("--old", help="another checkout, run interleaved ('old:' rows)")
     args = parser.parse_args(argv)
-    modes = args.modes.split(",")
+    roots = {"": HERE} | ({"old:": args.old} if args.old else {})
+    modes = [f"{tag}{m}" for m in args.modes.split(",") for tag in roots]
     drawn: dict[str, list[float]] = {m: [] for m in modes}
     closed: dict[str, list[float]] = {m: [] for m in modes}
     with tempfile.TemporaryDirectory(prefix="bench-view-memory-") as d:
         for i in range(args.repeat):
             for mode in modes if i % 2 == 0 else modes[::-1]:  # interleaved
-                a, b = one(mode, args.spans, Path(d))
+                tag = "old:" if mode.startswith("old:") else ""
+                a, b = one(mode.removeprefix(tag), args.spans, Path(d), roots[tag])
                 drawn[mode].append(a)
                 closed[mode].append(b)
                 print(f"run {i + 1} {mode}: +{a:.1f} MiB drawn, +{b:.1f} MiB closed",
