@@ -115,3 +115,29 @@ def test_the_waiting_queue_keeps_order_and_few_dead_entries() -> None:
     q.remove(items[0])
     q.remove(items[0])  # twice: counted once
     assert len(q) == 0 and q.head() is None and list(q) == []
+
+
+def _single(trace: int, service: str) -> ReadableSpan:
+    ctx = SpanContext(trace, 1, is_remote=False, trace_flags=TraceFlags(1))
+    return ReadableSpan(name="work", context=ctx, parent=None, start_time=T0 + trace,
+                        end_time=T0 + trace + 500, resource=Resource({"service.name": service}))
+
+
+def test_the_span_log_of_many_traces_takes_one_entity_per_service(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 28 item 11: the Rerun SDK keeps native memory for every entity path it has
+    seen, so the log rows of a long session's traces share their service's entity."""
+    tr = TraceTranslator(wait_s=600.0)
+    frame = Frame()
+    tr.translate([_single(t + 1, f"svc-{t % 3}") for t in range(300)], frame, now=1.0)
+    logs = [s for s in frame.sends() if s.path.startswith("trace/logs/")]
+    assert sorted(s.path for s in logs) == [f"trace/logs/svc-{i}" for i in range(3)]
+    assert sum(s.rows for s in logs) == 300  # every span's row, in its service's log
+    monkeypatch.setattr(translate_trace, "MAX_LOG_SERVICES", 2)
+    tr = TraceTranslator(wait_s=600.0)
+    frame = Frame()
+    issues = tr.translate([_single(t + 1, f"svc-{t % 3}") for t in range(30)], frame,
+                          now=1.0)
+    paths = {s.path for s in frame.sends() if s.path.startswith("trace/logs/")}
+    assert paths == {"trace/logs/svc-0", "trace/logs/svc-1", "trace/logs/_other"}
+    assert issues.capped["trace_log_services"] == 10

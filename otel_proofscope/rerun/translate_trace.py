@@ -10,15 +10,17 @@ otherwise see nothing. This view draws *every* span, contract or not::
                                         carrying the labels that fit inside their box.
                                         x = time since the lane's earliest start, the lane
                                         FLAME_WIDTH wide; y = the lane's row + depth
-    trace/logs/{service}/{trace}        TextLog: one row per span end (duration, status,
+    trace/logs/{service}                TextLog: one row per span end (duration, status,
                                         attributes, its events summarized: count, first,
                                         last); a log line or exception event is a row
-                                        of its own at its time
+                                        of its own at its time; the traces of a service
+                                        share its entity (rows of one log view)
     trace/durations/{service}/{name}    Scalars: the duration (ms) of every span of that
                                         name, so a phase repeated N times is a plot
 
 ``{service}`` is the resource's ``service.name`` and ``{name}`` the span name, both
-escaped as entity-path parts; ``{trace}`` is the first 8 hex digits of the trace id
+escaped as entity-path parts (services beyond :data:`MAX_LOG_SERVICES` log to
+``trace/logs/_other``); ``{trace}`` is the first 8 hex digits of the trace id
 (16 when two traces share 8). Spans of several services in one trace keep their own
 entities (and colours) while sharing the trace's lane. A lane drawn again goes to
 ``{trace}.{n}`` and its earlier entities are shadowed (:mod:`otel_proofscope.rerun.flame`
@@ -100,6 +102,9 @@ MAX_PLACED = 1 << 18
 #: Distinct duration series (service, span name); further ones share
 #: ``trace/durations/_other/_other`` (counted as ``trace_duration_series`` size_cap).
 MAX_SERIES = 1024
+#: Services with a span log entity of their own; further ones share
+#: ``trace/logs/_other`` (counted as ``trace_log_services`` size_cap).
+MAX_LOG_SERVICES = 1024
 #: Attributes shown per span, characters per text row.
 MAX_ATTRS = 24
 MAX_TEXT = 500
@@ -549,6 +554,7 @@ class TraceTranslator:
         self._seq = 0
         self._call = 0
         self._series: set[str] = set()
+        self._log_paths: set[str] = set()
         self._styled: set[str] = set()
 
     # ── public ───────────────────────────────────────────────────────────────────────
@@ -915,8 +921,18 @@ class TraceTranslator:
 
     def _log_and_series(self, rec: Rec, frame: Frame, issues: TraceIssues) -> None:
         svc = part(rec.service)
-        key = self._trace(rec.trace_id).key
-        logs = f"{LOGS}/{svc}/{key}"
+        self._trace(rec.trace_id)  # its key, from its first span on (8 or 16 digits)
+        # One entity per service, not per trace: the Rerun SDK keeps native memory for
+        # every entity path it has seen (~2.4 KB each, benchmarks/README.md), so a path
+        # per trace grew a long `serve` session without bound (issue 28 item 11). The
+        # span log shows rows, not paths (its entity column is hidden).
+        logs = f"{LOGS}/{svc}"
+        if logs not in self._log_paths:
+            if len(self._log_paths) >= MAX_LOG_SERVICES:
+                issues.cap("trace_log_services", 1)
+                logs = f"{LOGS}/_other"
+            else:
+                self._log_paths.add(logs)
         attrs = format_attrs(rec.attrs)
         text = f"{self._label(rec)} {format_ms(rec.duration)}"
         if rec.error:
