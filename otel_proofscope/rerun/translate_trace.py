@@ -923,9 +923,9 @@ class TraceTranslator:
         svc = part(rec.service)
         self._trace(rec.trace_id)  # its key, from its first span on (8 or 16 digits)
         # One entity per service, not per trace: the Rerun SDK keeps native memory for
-        # every entity path it has seen (~2.4 KB each, benchmarks/README.md), so a path
-        # per trace grew a long `serve` session without bound (issue 28 item 11). The
-        # span log shows rows, not paths (its entity column is hidden).
+        # every entity path it has seen (~1.4 KB more a row than a path reused,
+        # bench_rerun_entities.py), for the life of the recording (issue 28 item 11).
+        # The span log shows rows, not paths (its entity column is hidden).
         logs = f"{LOGS}/{svc}"
         if logs not in self._log_paths:
             if len(self._log_paths) >= MAX_LOG_SERVICES:
