@@ -1,7 +1,7 @@
 """Prover RSS growth against a dead collector, per Rerun route (issue 16: <= +64 MB).
 
 Run: python benchmarks/bench_memory.py [--spans 200000] [--events 0] [--repeat 5]
-       [--routes otlp,export,split]
+       [--routes otlp,export,split] [--old CHECKOUT]
 
 Each run is a fresh process: ``configure()`` with an OTLP endpoint on a closed port
 (every export fails), then N ``proof.layer`` spans (each with ``--events`` round
@@ -20,6 +20,9 @@ recording's start are its footprint, not the burst's growth. Routes:
   process, Rerun still drawn by the export process.
 
 (Issue 29 retired the Rerun-only child and the thread as configure() routes.)
+
+With ``--old CHECKOUT`` every route also runs with ``PYTHONPATH=CHECKOUT`` (another tree
+of this package, e.g. main; its rows are named ``old:ROUTE``), interleaved.
 
 Every route must count every span that was not delivered (OTLP: all of them).
 """
@@ -86,9 +89,14 @@ def dead_port() -> int:
         return int(s.getsockname()[1])
 
 
-def one(route: str, spans: int, events: int, tmp: Path) -> tuple[float, int, int, float]:
+HERE = str(Path(__file__).resolve().parent.parent)
+
+
+def one(route: str, spans: int, events: int, tmp: Path,
+        root: str = HERE) -> tuple[float, int, int, float]:
     target = "off" if route == "otlp" else f"file:{tmp / f'{route}.rrd'}"
-    env = dict(os.environ, PROOFSCOPE_EXPORT_PROCESS="0" if route == "split" else "")
+    env = dict(os.environ, PROOFSCOPE_EXPORT_PROCESS="0" if route == "split" else "",
+               PYTHONPATH=root)
     out = subprocess.run([sys.executable, "-c", CHILD, f"http://127.0.0.1:{dead_port()}",
                           str(spans), target, str(events)], capture_output=True, text=True,
                          timeout=1200, check=True, env=env, cwd=tmp)
@@ -104,15 +112,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--events", type=int, default=0, help="round events per span")
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--routes", default="otlp,export,split")
+    parser.add_argument("--old", help="another checkout, run interleaved ('old:' rows)")
     args = parser.parse_args(argv)
-    routes = args.routes.split(",")
+    roots = {"": HERE} | ({"old:": args.old} if args.old else {})
+    routes = [f"{tag}{r}" for r in args.routes.split(",") for tag in roots]
     growth: dict[str, list[float]] = {r: [] for r in routes}
     rerun_lost: dict[str, list[int]] = {r: [] for r in routes}
     both: dict[str, list[float]] = {r: [] for r in routes}  # prover + export process
     with tempfile.TemporaryDirectory(prefix="bench-memory-") as d:
         for i in range(args.repeat):
             for route in routes if i % 2 == 0 else routes[::-1]:  # interleaved
-                mib, _, lost, child = one(route, args.spans, args.events, Path(d))
+                tag = "old:" if route.startswith("old:") else ""
+                mib, _, lost, child = one(route.removeprefix(tag), args.spans, args.events,
+                                          Path(d), roots[tag])
                 growth[route].append(mib)
                 both[route].append(mib + child)
                 rerun_lost[route].append(lost)

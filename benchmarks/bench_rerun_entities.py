@@ -1,12 +1,14 @@
 """Native memory the Rerun SDK keeps per entity path (issue 28 item 11, issue 29 decision 6).
 
 Run: python benchmarks/bench_rerun_entities.py [--entities 20000] [--repeat 5]
+       [--modes reused,pooled,distinct,shadowed]
 
 Each run is a fresh process that opens a recording to a ``.rrd`` file and sends one
 ``Boxes2D`` row to each of N distinct entity paths (as the trace view does per trace,
 and per redrawn lane generation), flushing every 512; once with a static clear of the
 previous path after each (as a redraw "shadows" the old lane), once with one path
-reused for all N rows (the control). It reports the process's RSS growth per entity
+reused for all N rows (the control), once cycling through a pool of 1,024 paths (what a
+bounded pool of lane entities would cost). It reports the process's RSS growth per entity
 (psutil, after a flush and a collection), median and range of the runs.
 
 Why: ``serve`` grows ~2.5 KB per single-span trace without a plateau, and the export
@@ -34,7 +36,8 @@ CHILD = textwrap.dedent("""
     rec.flush()
     base = proc.memory_info().rss
     for i in range(n):
-        entity = "/trace/flame/g0/boxes" if mode == "reused" else f"/trace/flame/g{i}/boxes"
+        slot = 0 if mode == "reused" else i % 1024 if mode == "pooled" else i
+        entity = f"/trace/flame/g{slot}/boxes"
         rec.send_columns(entity,
                          indexes=[rr.TimeColumn("proof_time", timestamp=np.array([i * 1e-6]))],
                          columns=rr.Boxes2D.columns(
@@ -50,7 +53,7 @@ CHILD = textwrap.dedent("""
     print(proc.memory_info().rss - base)
 """)
 
-MODES = ("reused", "distinct", "shadowed")
+MODES = ("reused", "pooled", "distinct", "shadowed")
 
 
 def one(n: int, mode: str) -> float:
@@ -66,10 +69,12 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--entities", type=int, default=20_000)
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--modes", default=",".join(MODES))
     args = parser.parse_args(argv)
-    got: dict[str, list[float]] = {m: [] for m in MODES}
+    modes = tuple(args.modes.split(","))
+    got: dict[str, list[float]] = {m: [] for m in modes}
     for i in range(args.repeat):
-        for mode in (MODES if i % 2 == 0 else MODES[::-1]):
+        for mode in (modes if i % 2 == 0 else modes[::-1]):
             got[mode].append(one(args.entities, mode))
             print(f"run {i + 1} {mode}: {got[mode][-1]:.0f} B/entity", flush=True)
     print(f"\n{args.entities:,} rows; RSS growth per row, median (range) of "

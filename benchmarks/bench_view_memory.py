@@ -1,7 +1,8 @@
 """RSS the Rerun view grows by while it draws one large trace (issue 29, decision 6).
 
 Run: python benchmarks/bench_view_memory.py [--spans 60000] [--repeat 3]
-       [--modes all,nothing-sent]
+       [--modes all,nothing-sent] [--old CHECKOUT]
+     python benchmarks/bench_view_memory.py --session 24000 [--repeat 3]
 
 Each run is a fresh process: N ``proof.layer`` spans of one proof (as
 ``bench_memory.py`` makes them) are fed to a :class:`~otel_proofscope.rerun.sink.RerunSink`
@@ -13,6 +14,14 @@ again after the close. Modes, interleaved:
 * ``nothing-sent``: the same translation, with the sends to Rerun left out: what our
   own state (and Python's allocator) holds, apart from the Rerun SDK's.
 
+With ``--session N``, the shape of issue 28 item 11 instead: N single-span traces from
+2,000 services, 200 a batch, into serve's span exporter (its trace view bounded to 4,000
+span positions, so past 4,000 traces the oldest are forgotten); RSS (after
+``malloc_trim``) at six points. ``nothing-sent`` tells our state from the Rerun SDK's.
+
+With ``--old CHECKOUT`` every mode also runs with ``PYTHONPATH=CHECKOUT`` (another
+tree of this package, e.g. main), interleaved with this tree's runs.
+
 Why: against a dead collector the export process grows with what it draws, not with
 what it queues (benchmarks/README.md, decision 6). This splits that growth.
 """
@@ -20,6 +29,7 @@ what it queues (benchmarks/README.md, decision 6). This splits that growth.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import subprocess
 import sys
@@ -69,10 +79,59 @@ CHILD = textwrap.dedent("""
 """)
 
 
-def one(mode: str, spans: int, tmp: Path) -> tuple[float, float]:
+SESSION = textwrap.dedent("""
+    import ctypes, gc, sys
+    from pathlib import Path
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import ReadableSpan
+    from opentelemetry.trace import SpanContext, TraceFlags
+    from otel_proofscope.cli.serve_cmd import _exporters
+
+    n, mode, rrd = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+    [exporter], _ = _exporters("file:" + rrd, 4000)
+    if mode == "nothing-sent":
+        exporter.sink._send = lambda sends: None
+
+    def rss():
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+
+    t0, marks = 1_700_000_000_000_000_000, []
+    for k in range(n // 200):
+        batch = []
+        for i in range(k * 200, k * 200 + 200):
+            ctx = SpanContext((i + 1) << 64 | 0xABCDEF, i + 1, False, TraceFlags(1))
+            batch.append(ReadableSpan(
+                name="work", context=ctx, parent=None, start_time=t0 + i * 1000,
+                end_time=t0 + i * 1000 + 500,
+                resource=Resource({"service.name": f"svc-{i % 2000}"})))
+        exporter.export(batch)
+        if (k + 1) % max(1, n // 1200) == 0:
+            exporter.force_flush(60_000)
+            gc.collect()
+            marks.append(rss())
+    print(*marks)
+    exporter.shutdown()
+""")
+
+HERE = str(Path(__file__).resolve().parent.parent)
+
+
+def session(mode: str, traces: int, tmp: Path, root: str = HERE) -> list[float]:
+    env = dict(os.environ, PYTHONPATH=root)
+    out = subprocess.run([sys.executable, "-c", SESSION, str(traces), mode,
+                          str(tmp / f"{mode}.rrd")], capture_output=True, text=True,
+                         timeout=1800, check=True, env=env)
+    return [int(x) / 2**20 for x in out.stdout.split()]
+
+
+def one(mode: str, spans: int, tmp: Path, root: str = HERE) -> tuple[float, float]:
+    env = dict(os.environ, PYTHONPATH=root)
     out = subprocess.run([sys.executable, "-c", CHILD, str(spans), mode,
                           str(tmp / f"{mode}.rrd")], capture_output=True, text=True,
-                         timeout=1800, check=True)
+                         timeout=1800, check=True, env=env)
     drawn, closed = (int(x) for x in out.stdout.split())
     return drawn / 2**20, closed / 2**20
 
@@ -83,14 +142,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--spans", type=int, default=60_000)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--modes", default="all,nothing-sent")
+    parser.add_argument("--old", help="another checkout, run interleaved ('old:' rows)")
+    parser.add_argument("--session", type=int, default=0,
+                        help="N single-span traces instead of one large trace")
     args = parser.parse_args(argv)
-    modes = args.modes.split(",")
+    roots = {"": HERE} | ({"old:": args.old} if args.old else {})
+    modes = [f"{tag}{m}" for m in args.modes.split(",") for tag in roots]
     drawn: dict[str, list[float]] = {m: [] for m in modes}
     closed: dict[str, list[float]] = {m: [] for m in modes}
+    if args.session:
+        return main_session(args.session, modes, roots, args.repeat)
     with tempfile.TemporaryDirectory(prefix="bench-view-memory-") as d:
         for i in range(args.repeat):
             for mode in modes if i % 2 == 0 else modes[::-1]:  # interleaved
-                a, b = one(mode, args.spans, Path(d))
+                tag = "old:" if mode.startswith("old:") else ""
+                a, b = one(mode.removeprefix(tag), args.spans, Path(d), roots[tag])
                 drawn[mode].append(a)
                 closed[mode].append(b)
                 print(f"run {i + 1} {mode}: +{a:.1f} MiB drawn, +{b:.1f} MiB closed",
@@ -105,6 +171,30 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| {mode} | {statistics.median(a):.1f} ({min(a):.1f}–{max(a):.1f}) | "
               f"{statistics.median(a) * 2**20 / n:,.0f} | "
               f"{statistics.median(b):.1f} ({min(b):.1f}–{max(b):.1f}) |")
+    return 0
+
+
+def main_session(traces: int, modes: list[str], roots: dict[str, str], repeat: int) -> int:
+    got: dict[str, list[list[float]]] = {m: [] for m in modes}
+    with tempfile.TemporaryDirectory(prefix="bench-view-memory-") as d:
+        for i in range(repeat):
+            for mode in modes if i % 2 == 0 else modes[::-1]:  # interleaved
+                tag = "old:" if mode.startswith("old:") else ""
+                got[mode].append(session(mode.removeprefix(tag), traces, Path(d), roots[tag]))
+                print(f"run {i + 1} {mode}: " + ", ".join(f"{m:.0f}" for m in got[mode][-1]),
+                      file=sys.stderr, flush=True)
+    points = len(next(iter(got.values()))[0])
+    step = traces // points
+    print(f"{traces:,} single-span traces from 2,000 services, the view bounded to 4,000 "
+          f"span positions; RSS MiB, median (range) of {repeat} runs\n")
+    print("| mode | " + " | ".join(f"{(k + 1) * step:,} traces" for k in range(points)) + " |")
+    print("|---|" + "---|" * points)
+    for mode, runs in got.items():
+        cells = []
+        for k in range(points):
+            v = [r[k] for r in runs]
+            cells.append(f"{statistics.median(v):.0f} ({min(v):.0f}–{max(v):.0f})")
+        print(f"| {mode} | " + " | ".join(cells) + " |")
     return 0
 
 

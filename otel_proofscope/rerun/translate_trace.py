@@ -10,15 +10,17 @@ otherwise see nothing. This view draws *every* span, contract or not::
                                         carrying the labels that fit inside their box.
                                         x = time since the lane's earliest start, the lane
                                         FLAME_WIDTH wide; y = the lane's row + depth
-    trace/logs/{service}/{trace}        TextLog: one row per span end (duration, status,
+    trace/logs/{service}                TextLog: one row per span end (duration, status,
                                         attributes, its events summarized: count, first,
                                         last); a log line or exception event is a row
-                                        of its own at its time
+                                        of its own at its time; the traces of a service
+                                        share its entity (rows of one log view)
     trace/durations/{service}/{name}    Scalars: the duration (ms) of every span of that
                                         name, so a phase repeated N times is a plot
 
 ``{service}`` is the resource's ``service.name`` and ``{name}`` the span name, both
-escaped as entity-path parts; ``{trace}`` is the first 8 hex digits of the trace id
+escaped as entity-path parts (services beyond :data:`MAX_LOG_SERVICES` log to
+``trace/logs/_other``); ``{trace}`` is the first 8 hex digits of the trace id
 (16 when two traces share 8). Spans of several services in one trace keep their own
 entities (and colours) while sharing the trace's lane. A lane drawn again goes to
 ``{trace}.{n}`` and its earlier entities are shadowed (:mod:`otel_proofscope.rerun.flame`
@@ -55,8 +57,8 @@ from __future__ import annotations
 import math
 import os
 import zlib
-from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections import OrderedDict, deque
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -100,6 +102,9 @@ MAX_PLACED = 1 << 18
 #: Distinct duration series (service, span name); further ones share
 #: ``trace/durations/_other/_other`` (counted as ``trace_duration_series`` size_cap).
 MAX_SERIES = 1024
+#: Services with a span log entity of their own; further ones share
+#: ``trace/logs/_other`` (counted as ``trace_log_services`` size_cap).
+MAX_LOG_SERVICES = 1024
 #: Attributes shown per span, characters per text row.
 MAX_ATTRS = 24
 MAX_TEXT = 500
@@ -113,6 +118,10 @@ MAX_LINKS = 65536
 MAX_SPAN_LINKS = 8
 #: Keys of evicted lanes remembered (so a late span of one starts a fresh entity).
 MAX_EVICTED_KEYS = 65536
+#: Box rows built before they are turned into columns (a redraw of a 65,536-span lane
+#: held ~400 B of Python tuples and strings a row until its one send: a ~30 MiB peak
+#: that the allocator kept as arenas; as columns a row is ~60 B).
+SEND_ROWS = 8192
 
 #: Set by the mapping rules (semconv.Attr.MAPPING_SOURCE_NAME once that lands).
 SOURCE_NAME: str = getattr(Attr, "MAPPING_SOURCE_NAME", "proofscope.mapping.source_name")
@@ -146,6 +155,24 @@ def part(text: str) -> str:
                 _PARTS.clear()
             _PARTS[text] = escaped
     return escaped
+
+
+#: Span and service names, one object per distinct text: a placed or waiting span keeps
+#: its names for a later redraw, and spans decoded from the wire each bring a copy of
+#: the same few names (~60 B a span). Bounded: cleared when full.
+_NAMES: dict[str, str] = {}
+_MAX_NAMES = 4096
+
+
+def _name(text: str) -> str:
+    got = _NAMES.get(text)
+    if got is not None:
+        return got
+    if type(text) is str:
+        if len(_NAMES) >= _MAX_NAMES:
+            _NAMES.clear()
+        _NAMES[text] = text
+    return text
 
 
 def wait_s_from_env() -> float:
@@ -379,8 +406,8 @@ def _waiting(rec: Rec) -> Rec:
     event list kept every waiting span's payload alive (a 16-round layer span: ~17 KB,
     so the 32,768 that may wait held ~550 MB; slim, a few hundred bytes each)."""
     source = rec.attrs.get(SOURCE_NAME)
-    return Rec(rec.trace_id, rec.span_id, rec.parent_id, rec.name, rec.service, rec.start,
-               rec.end, rec.error, rec.status_message,
+    return Rec(rec.trace_id, rec.span_id, rec.parent_id, _name(rec.name),
+               _name(rec.service), rec.start, rec.end, rec.error, "",
                {SOURCE_NAME: source} if isinstance(source, str) and source else _NO_ATTRS,
                (), rec.parent_remote, rec.call, rec.links)
 
@@ -423,9 +450,12 @@ class TraceIssues:
         return sum(n for call, n in self.drawn_calls.items() if call not in calls)
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class _Trace:
     key: str
+    #: The trace id, one object for every span of the trace kept (each span decoded
+    #: from the wire brings its own 128-bit int, 44 B).
+    tid: int
     group: Group | None = None  # the lane it is drawn in (None: nothing placed yet)
 
 
@@ -434,6 +464,44 @@ class _Pending:
     rec: Rec
     since: float  # monotonic arrival time
     seq: int  # arrival number: the same span sent twice waits (and is drawn) twice
+    queued: bool = True  # still waiting (False: placed or forgotten, left for _Queue)
+
+
+class _Queue:
+    """Waiting spans, oldest first: a deque whose entries are left in place when their
+    span stops waiting and dropped when they reach the head (or when they outnumber the
+    live ones). An ``OrderedDict`` keyed by arrival did the same with a 144-byte node
+    per waiting span, over a third of what a waiting span cost (tracemalloc, 32,768
+    waiting spans of one trace)."""
+
+    __slots__ = ("_items", "live")
+
+    def __init__(self) -> None:
+        self._items: deque[_Pending] = deque()
+        self.live = 0
+
+    def push(self, p: _Pending) -> None:
+        self._items.append(p)
+        self.live += 1
+
+    def remove(self, p: _Pending) -> None:
+        if p.queued:
+            p.queued = False
+            self.live -= 1
+            if len(self._items) > 2 * self.live + 1024:  # amortized: bounded dead entries
+                self._items = deque(q for q in self._items if q.queued)
+
+    def head(self) -> _Pending | None:
+        items = self._items
+        while items and not items[0].queued:
+            items.popleft()
+        return items[0] if items else None
+
+    def __len__(self) -> int:
+        return self.live
+
+    def __iter__(self) -> Iterator[_Pending]:
+        return (p for p in list(self._items) if p.queued)
 
 
 class _Boxes:
@@ -474,8 +542,8 @@ class TraceTranslator:
         self._pending: dict[int, dict[int, list[_Pending]]] = {}
         # Waiting spans by arrival (oldest first): a parent in this process's trace, and a
         # parent in another process (``parent_remote``), which waits less.
-        self._queue: OrderedDict[int, _Pending] = OrderedDict()
-        self._remote: OrderedDict[int, _Pending] = OrderedDict()
+        self._queue = _Queue()
+        self._remote = _Queue()
         self.remote_wait_s = min(self.wait_s, remote_wait_s)
         # Links between traces: a root (trace, span) → the span it hangs under, and back.
         self._under: dict[tuple[int, int], tuple[int, int]] = {}
@@ -486,6 +554,7 @@ class TraceTranslator:
         self._seq = 0
         self._call = 0
         self._series: set[str] = set()
+        self._log_paths: set[str] = set()
         self._styled: set[str] = set()
 
     # ── public ───────────────────────────────────────────────────────────────────────
@@ -494,12 +563,11 @@ class TraceTranslator:
     def pending(self) -> int:
         return len(self._queue) + len(self._remote)
 
-    def _queues(self) -> tuple[tuple[OrderedDict[int, _Pending], float], ...]:
+    def _queues(self) -> tuple[tuple[_Queue, float], ...]:
         return (self._queue, self.wait_s), (self._remote, self.remote_wait_s)
 
     def _unqueue(self, p: _Pending) -> None:
-        self._queue.pop(p.seq, None)
-        self._remote.pop(p.seq, None)
+        (self._remote if p.rec.parent_remote else self._queue).remove(p)
 
     def translate(self, spans: Sequence[Any], frame: Frame, *, now: float) -> TraceIssues:
         issues = TraceIssues(received=len(spans))
@@ -545,8 +613,7 @@ class TraceTranslator:
 
     def _expire(self, now: float, issues: TraceIssues) -> None:
         for queue, wait in self._queues():
-            while queue:
-                first = next(iter(queue.values()))
+            while (first := queue.head()) is not None:
                 if now - first.since < wait:
                     break
                 self._orphan(first, issues)
@@ -563,8 +630,7 @@ class TraceTranslator:
     def discard_calls(self, calls: set[int]) -> int:
         """Forget the spans that arrived in ``calls`` (batches counted lost): those still
         waiting, and those drawn (a later redraw must not bring them back)."""
-        gone = [p for queue, _ in self._queues() for p in queue.values()
-                if p.rec.call in calls]
+        gone = [p for queue, _ in self._queues() for p in queue if p.rec.call in calls]
         for p in gone:
             self._unqueue(p)
             by_parent = self._pending.get(p.rec.trace_id, {})
@@ -598,8 +664,8 @@ class TraceTranslator:
 
     def next_expiry(self, now: float) -> float | None:
         """Seconds until the oldest waiting span expires (None: nothing waits)."""
-        due = [next(iter(queue.values())).since + wait - now
-               for queue, wait in self._queues() if queue]
+        due = [head.since + wait - now for queue, wait in self._queues()
+               if (head := queue.head()) is not None]
         return max(0.0, min(due)) if due else None
 
     # ── placement ────────────────────────────────────────────────────────────────────
@@ -612,7 +678,7 @@ class TraceTranslator:
         if self._keys.get(key, trace_id) != trace_id:
             key = f"{trace_id:032x}"[:16]  # two traces sharing 8 hex digits stay apart
         self._keys[key] = trace_id
-        trace = self._traces[trace_id] = _Trace(key)
+        trace = self._traces[trace_id] = _Trace(key, trace_id)
         self.traces_seen += 1
         return trace
 
@@ -642,8 +708,13 @@ class TraceTranslator:
         while stack:
             r, par, anchor = stack.pop()
             g = self._group(r.trace_id)
-            p = Placed(r.trace_id, r.span_id, r.parent_id, r.start, r.end, r.service,
-                       self._label(r), r.error, r.parent_remote, r.call)
+            # Shared objects where the value is one already kept: the trace's id, the
+            # parent's own span id, the names (what a placed span costs is what a
+            # long trace keeps, decision 6 of issue 29).
+            p = Placed(self._traces[r.trace_id].tid, r.span_id,
+                       par.span_id if par is not None else r.parent_id, r.start, r.end,
+                       _name(r.service), _name(self._label(r)), r.error, r.parent_remote,
+                       r.call)
             if par is not None:
                 p.tree, p.row = par.tree, par.row + 1
             elif anchor == REMOTE:
@@ -752,11 +823,11 @@ class TraceTranslator:
     def _wait(self, rec: Rec, now: float, issues: TraceIssues) -> None:
         while self.pending >= self.max_pending:
             issues.pending_overflow += 1
-            heads = [next(iter(q.values())) for q, _ in self._queues() if q]
+            heads = [h for q, _ in self._queues() if (h := q.head()) is not None]
             self._orphan(min(heads, key=lambda h: h.seq), issues)
         self._seq += 1
         p = _Pending(_waiting(rec), now, self._seq)
-        (self._remote if rec.parent_remote else self._queue)[p.seq] = p
+        (self._remote if rec.parent_remote else self._queue).push(p)
         self._pending.setdefault(rec.trace_id, {}).setdefault(rec.parent_id, []).append(p)
 
     def _orphan(self, p: _Pending, issues: TraceIssues) -> None:
@@ -825,7 +896,7 @@ class TraceTranslator:
             shown.insert(0, f"{shown[-1]} (orphan)")
         return full, shown, colour
 
-    def _box(self, p: Placed, g: Group, boxes: dict[str, _Boxes]) -> None:
+    def _box(self, p: Placed, g: Group, boxes: dict[str, _Boxes], frame: Frame) -> None:
         scale = g.scale
         x0 = max(0.0, (p.start - g.t0) * scale)  # clipped only in a frozen lane
         width = max(0.0, (p.end - g.t0) * scale - x0)
@@ -844,11 +915,24 @@ class TraceTranslator:
         b.labels.append(full)
         b.shown.append(fit_label(width, shown) if room else None)
         b.anchors.append((x0 + width / 2, y - BOX_HALF_HEIGHT))
+        if len(b.times) >= SEND_ROWS:
+            self._send(path, b, frame)
+            del boxes[path]
 
     def _log_and_series(self, rec: Rec, frame: Frame, issues: TraceIssues) -> None:
         svc = part(rec.service)
-        key = self._trace(rec.trace_id).key
-        logs = f"{LOGS}/{svc}/{key}"
+        self._trace(rec.trace_id)  # its key, from its first span on (8 or 16 digits)
+        # One entity per service, not per trace: the Rerun SDK keeps native memory for
+        # every entity path it has seen (~1.4 KB more a row than a path reused,
+        # bench_rerun_entities.py), for the life of the recording (issue 28 item 11).
+        # The span log shows rows, not paths (its entity column is hidden).
+        logs = f"{LOGS}/{svc}"
+        if logs not in self._log_paths:
+            if len(self._log_paths) >= MAX_LOG_SERVICES:
+                issues.cap("trace_log_services", 1)
+                logs = f"{LOGS}/_other"
+            else:
+                self._log_paths.add(logs)
         attrs = format_attrs(rec.attrs)
         text = f"{self._label(rec)} {format_ms(rec.duration)}"
         if rec.error:
@@ -941,14 +1025,14 @@ class TraceTranslator:
                 if self._lanes.last is g:  # a frozen lane grows in place, never moves
                     self._lanes.place(g, g.rows_used())
                 for p in g.new:
-                    self._box(p, g, boxes)
+                    self._box(p, g, boxes, frame)
             elif g.emitted and not g.dirty and g.fits(g.new) and (
                     g.rows_used() <= g.allotted or self._lanes.last is g):
                 self._lanes.place(g, g.rows_used())
                 for p in g.new:
-                    self._box(p, g, boxes)
+                    self._box(p, g, boxes, frame)
             else:
-                self._redraw(g, issues, boxes)
+                self._redraw(g, issues, boxes, frame)
             g.new = []
             g.dirty = False
             g.tight = False
@@ -960,7 +1044,8 @@ class TraceTranslator:
             self._send(path, b, frame)
         self._evict()  # after drawing: a lane is never forgotten before it is drawn
 
-    def _redraw(self, g: Group, issues: TraceIssues, boxes: dict[str, _Boxes]) -> None:
+    def _redraw(self, g: Group, issues: TraceIssues, boxes: dict[str, _Boxes],
+                frame: Frame) -> None:
         """Lay ``g`` out again from every span it keeps and draw it on a new entity."""
         if g.emitted:
             issues.redrawn += len(g.spans)
@@ -975,10 +1060,10 @@ class TraceTranslator:
         self._lanes.place(g, g.rows_used())
         g.emitted = True
         for p in g.spans.values():
-            self._box(p, g, boxes)
+            self._box(p, g, boxes, frame)
         for p in g.new:
             if p.key not in g.spans:  # placed once frozen (in its first call)
-                self._box(p, g, boxes)
+                self._box(p, g, boxes, frame)
 
     def _send(self, path: str, b: _Boxes, frame: Frame) -> None:
         n = len(b.times)

@@ -19,6 +19,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 
 from otel_proofscope.cli.serve_cmd import _exporters, trace_view_line
 from otel_proofscope.integrations.otlp_receiver import OtlpReceiver
+from otel_proofscope.rerun import readback
+from otel_proofscope.rerun.translate_trace import LOGS, MAX_LOG_SERVICES
 
 pytestmark = pytest.mark.chaos
 pytest.importorskip("rerun", reason="rerun-sdk (the [rerun] extra) is not installed")
@@ -27,6 +29,7 @@ BOUND = 1_000
 PER_REQUEST = 200
 REQUESTS = 25  # 5,000 traces, 2,000 services
 SERVICES = 2_000
+SERVICE_PARTS = {f"svc-{n}" for n in range(SERVICES)} | {"_other"}
 
 
 def _body(k: int) -> bytes:
@@ -93,3 +96,12 @@ def test_a_long_session_of_distinct_traces_plateaus(tmp_path: Path) -> None:
     # and the process's growth is bounded (generous slack: the Rerun SDK's own native
     # memory still grows ~7-12 KB per trace drawn, see docs/reliability.md)
     assert rss[-1] - rss[0] < 64 << 20, [r >> 20 for r in rss]
+    # The Rerun SDK keeps native memory for every entity path it has seen (~2.4 KB
+    # each): the span log's rows share one entity per service, never one per trace,
+    # and every span still has its row (as the viewer reads the file).
+    spans[0].shutdown()
+    rec = readback.read(tmp_path / "long.rrd")
+    logs = [p for p in rec.paths() if p.startswith(f"/{LOGS}/")]
+    assert len(logs) <= MAX_LOG_SERVICES + 1, len(logs)
+    assert all(p.removeprefix(f"/{LOGS}/") in SERVICE_PARTS for p in logs), logs[:3]
+    assert sum(len(rec.rows(p)) for p in logs) == REQUESTS * PER_REQUEST
