@@ -63,7 +63,9 @@ class Serve:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "otel_proofscope", "serve", "--grpc-port", "0",
              "--http-port", "0", "--rerun", rerun, *extra],
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
+            # cwd: ``-m`` puts the working directory ahead of PYTHONPATH.
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env,
+            cwd=self.dir.name)
         assert self.proc.stdout is not None
         self.lines: list[str] = []
         for line in self.proc.stdout:

@@ -123,15 +123,17 @@ def session(mode: str, traces: int, tmp: Path, root: str = HERE) -> list[float]:
     env = dict(os.environ, PYTHONPATH=root)
     out = subprocess.run([sys.executable, "-c", SESSION, str(traces), mode,
                           str(tmp / f"{mode}.rrd")], capture_output=True, text=True,
-                         timeout=1800, check=True, env=env)
+                         timeout=1800, check=True, env=env, cwd=tmp)  # see one()
     return [int(x) / 2**20 for x in out.stdout.split()]
 
 
 def one(mode: str, spans: int, tmp: Path, root: str = HERE) -> tuple[float, float]:
     env = dict(os.environ, PYTHONPATH=root)
+    # cwd: ``-c`` puts the working directory ahead of PYTHONPATH; run from a checkout,
+    # every side would import that checkout's code.
     out = subprocess.run([sys.executable, "-c", CHILD, str(spans), mode,
                           str(tmp / f"{mode}.rrd")], capture_output=True, text=True,
-                         timeout=1800, check=True, env=env)
+                         timeout=1800, check=True, env=env, cwd=tmp)
     drawn, closed = (int(x) for x in out.stdout.split())
     return drawn / 2**20, closed / 2**20
 
