@@ -30,6 +30,7 @@ from otel_proofscope.otlp.encode import encode_export_request
 from otel_proofscope.otlp.received_events import ReceivedEvents
 from otel_proofscope.rerun.round_outline import full, outline
 from otel_proofscope.semconv import Attr, EventName
+from tests.test_otlp_receiver_fuzz import any_values
 
 ROUND = EventName.SUMCHECK_ROUND
 RES = Resource({"service.name": "t"})
@@ -72,19 +73,6 @@ def public(events: Sequence[Any]) -> list[tuple[Any, ...]]:
 
 # ── strategies ───────────────────────────────────────────────────────────────────────
 
-scalars = st.one_of(
-    st.builds(lambda s: AnyValue(string_value=s), st.text(max_size=8)),
-    st.builds(lambda i: AnyValue(int_value=i), st.integers(-(2**63), 2**63 - 1)),
-    st.builds(lambda f: AnyValue(double_value=f), st.floats()),
-    st.builds(lambda b: AnyValue(bool_value=b), st.booleans()),
-    st.builds(lambda b: AnyValue(bytes_value=b), st.binary(max_size=8)),
-    st.just(AnyValue()),
-)
-any_values = st.recursive(scalars, lambda inner: st.one_of(
-    st.builds(lambda vs: AnyValue(array_value={"values": vs}), st.lists(inner, max_size=3)),
-    st.builds(lambda kvs: AnyValue(kvlist_value={"values": [KeyValue(key=k, value=v)
-                                                            for k, v in kvs]}),
-              st.lists(st.tuples(st.text(max_size=4), inner), max_size=3))), max_leaves=6)
 # Keys drawn from a small set (repeats: the last non-empty value wins) plus the round
 # keys the walk outlines, and the empty key (invalid: counted as dropped).
 keys = st.sampled_from(["", "a", "b", Attr.SUMCHECK_ROUND, Attr.CLAIM, Attr.ERROR_TYPE,

@@ -31,7 +31,6 @@ from collections import deque
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.sdk.trace import Event
 from opentelemetry.sdk.util import BoundedList
 
@@ -58,17 +57,14 @@ class Unread:
 
 
 def _event(fields: EventFields) -> Event:
+    # Here, not at the top: sdk_fields reads this module's ReceivedEvents. Only a reader
+    # of span.events builds events.
+    from otel_proofscope.otlp.sdk_fields import bounded_attributes
+
     name, t, values, dropped = fields
     # The decoder's values are valid attribute values by construction: straight into
-    # the store, without the SDK's per-value re-validation (as sdk_fields.bounded_attributes).
-    attrs = BoundedAttributes(None, None, immutable=False, extended_attributes=True)
-    store = getattr(attrs, "_dict", None)
-    if isinstance(store, dict):
-        store.update(values)
-    else:  # pragma: no cover - a future SDK without the private store
-        attrs = BoundedAttributes(None, values, immutable=False, extended_attributes=True)
-    attrs.dropped = dropped
-    return Event(name, attrs, t, limit=None)
+    # the store, without the SDK's per-value re-validation.
+    return Event(name, bounded_attributes(values, dropped), t, limit=None)
 
 
 def _read(pb: Any) -> EventFields:
