@@ -55,7 +55,7 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope as SdkSc
 from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 from opentelemetry.trace.span import TraceState, _is_valid_pair
 
-from otel_proofscope.otlp import pb_values
+from otel_proofscope.otlp.pb_values import attributes, attributes_counted
 from otel_proofscope.otlp.received_events import ReceivedEvents
 from otel_proofscope.otlp.sdk_fields import bounded_attributes
 
@@ -127,25 +127,19 @@ class MetricBatch:
 
 # ── attributes ───────────────────────────────────────────────────────────────────────
 
-# The readers live in pb_values (received_events reads event attributes with them too);
-# named here as well, for callers of this module.
-any_value = pb_values.any_value
-attributes = pb_values.attributes
-_attributes = pb_values.attributes_counted
-
 
 def _bounded(kvs: Sequence[KeyValue], dropped: int) -> BoundedAttributes:
     # BoundedAttributes carries the sender's dropped count through to SDK exporters; keys
     # that OTel forbids (empty) are added to it rather than lost without a trace.
-    # Values built by any_value() are valid attribute values by construction.
-    values, empty = _attributes(kvs)
+    # Values read by pb_values are valid attribute values by construction.
+    values, empty = attributes_counted(kvs)
     return bounded_attributes(values, int(dropped) + empty)
 
 
 def _span_attributes(kvs: Sequence[KeyValue], dropped: int) -> dict[str, Any] | BoundedAttributes:
     # A plain dict when nothing was dropped (ReadableSpan.dropped_attributes is then 0
     # either way): a BoundedAttributes per span was ~2 µs, a twentieth of a foreign span.
-    values, empty = _attributes(kvs)
+    values, empty = attributes_counted(kvs)
     if not dropped and not empty:
         return values
     return bounded_attributes(values, int(dropped) + empty)

@@ -42,6 +42,10 @@ from otel_proofscope.otlp.deferred_events import private_event_fields as _privat
 from otel_proofscope.otlp.deferred_events import public_event_fields as _public_event
 from otel_proofscope.otlp.received_events import ReceivedEvents
 
+#: The event lists of this package that read their events on demand (the prover's round
+#: records, a received span's protobuf): the readers below ask them, never iterate them.
+LAZY_EVENTS = (DeferredEvents, ReceivedEvents)
+
 #: The public ``ReadableSpan`` properties whose storage the private readers bypass; a
 #: class that overrides any of them is read through the public API.
 _READABLE_SPAN_PROPS = ("parent", "name", "kind", "start_time",
@@ -83,7 +87,7 @@ def _private_span(span: Any, deferred: bool = False) -> SpanFields:
     if type(events) is BoundedList:
         dropped_events = events.dropped
         events = events._dq  # type: ignore[attr-defined]
-    elif type(events) is DeferredEvents or type(events) is ReceivedEvents:
+    elif isinstance(events, LAZY_EVENTS):
         dropped_events = events.dropped
         if not deferred:
             events = events.events()
@@ -173,7 +177,7 @@ def span_events(span: Any) -> Sequence[Any]:
         events = span._events
         if type(events) is BoundedList:
             return events._dq  # type: ignore[attr-defined, no-any-return]
-        if type(events) is DeferredEvents or type(events) is ReceivedEvents:
+        if isinstance(events, LAZY_EVENTS):
             return events.events()
     return getattr(span, "events", None) or ()
 
@@ -184,7 +188,7 @@ def span_events_unread(span: Any) -> Sequence[Any]:
     builds no ``Event`` for them (iterating it builds them, as any read does)."""
     if FIELDS_OK and _sdk_span_storage(type(span)):
         events = span._events
-        if type(events) is DeferredEvents or type(events) is ReceivedEvents:
+        if isinstance(events, LAZY_EVENTS):
             return events
     return span_events(span)
 
@@ -192,7 +196,7 @@ def span_events_unread(span: Any) -> Sequence[Any]:
 def events_at(events: Sequence[Any], indices: list[int]) -> list[Any]:
     """The events at ``indices`` of a list :func:`span_events_unread` gave, as events; of
     a deferred list only those are built."""
-    if type(events) is DeferredEvents or type(events) is ReceivedEvents:
+    if isinstance(events, LAZY_EVENTS):
         return events.events_at(indices)
     return [events[i] for i in indices]
 
@@ -203,8 +207,7 @@ def event_count(span: Any) -> int:
     where the processors size each span as it ends)."""
     if FIELDS_OK and _sdk_span_storage(type(span)):
         events = span._events
-        if (type(events) is BoundedList or type(events) is DeferredEvents
-                or type(events) is ReceivedEvents):
+        if type(events) is BoundedList or isinstance(events, LAZY_EVENTS):
             return len(events)
     return len(getattr(span, "events", None) or ())
 
@@ -221,14 +224,14 @@ def _event_column(events: Any, private: str, index: int) -> list[Any]:
 def event_names(events: Any) -> list[Any]:
     """The name of every event of a span (a deferred list's records unbuilt where it
     knows their name)."""
-    if type(events) is DeferredEvents or type(events) is ReceivedEvents:
+    if isinstance(events, LAZY_EVENTS):
         return events.names()
     return _event_column(events, "_name", 0)
 
 
 def event_timestamps(events: Any) -> list[Any]:
     """The timestamp of every event of a span (a deferred list's records unbuilt)."""
-    if type(events) is DeferredEvents or type(events) is ReceivedEvents:
+    if isinstance(events, LAZY_EVENTS):
         return events.timestamps()
     return _event_column(events, "_timestamp", 1)
 
@@ -244,7 +247,7 @@ def events_fields(events: Any) -> list[EventFields]:
     """:func:`event_fields` of every event of a span, in one call (a prover span carries
     many events, and a call per event adds up). A deferred event list (``span_fields(...,
     deferred=True)``) gives its records' fields without building their events."""
-    if type(events) is DeferredEvents or type(events) is ReceivedEvents:
+    if isinstance(events, LAZY_EVENTS):
         return events.fields()
     if FIELDS_OK:
         # The common case (an SDK Event with BoundedAttributes) is read inline: a

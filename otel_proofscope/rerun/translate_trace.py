@@ -159,7 +159,8 @@ def part(text: str) -> str:
 
 #: Span and service names, one object per distinct text: a placed or waiting span keeps
 #: its names for a later redraw, and spans decoded from the wire each bring a copy of
-#: the same few names (~60 B a span). Bounded: cleared when full.
+#: the same few names (~60 B a span). Bounded: cleared when full (not ``sys.intern``:
+#: a sender chooses the names, and Python 3.12 keeps interned strings for good).
 _NAMES: dict[str, str] = {}
 _MAX_NAMES = 4096
 
@@ -173,6 +174,19 @@ def _name(text: str) -> str:
             _NAMES.clear()
         _NAMES[text] = text
     return text
+
+
+def _capped(path: str, seen: set[str], limit: int, other: str, issues: TraceIssues,
+            reason: str) -> str:
+    """``path``, or once ``seen`` holds ``limit`` paths a new one's shared ``other``
+    (counted under ``reason``): every entity path costs the Rerun SDK memory for good."""
+    if path in seen:
+        return path
+    if len(seen) >= limit:
+        issues.cap(reason, 1)
+        return other
+    seen.add(path)
+    return path
 
 
 def wait_s_from_env() -> float:
@@ -926,13 +940,8 @@ class TraceTranslator:
         # every entity path it has seen (~1.4 KB more a row than a path reused,
         # bench_rerun_entities.py), for the life of the recording (issue 28 item 11).
         # The span log shows rows, not paths (its entity column is hidden).
-        logs = f"{LOGS}/{svc}"
-        if logs not in self._log_paths:
-            if len(self._log_paths) >= MAX_LOG_SERVICES:
-                issues.cap("trace_log_services", 1)
-                logs = f"{LOGS}/_other"
-            else:
-                self._log_paths.add(logs)
+        logs = _capped(f"{LOGS}/{svc}", self._log_paths, MAX_LOG_SERVICES,
+                       f"{LOGS}/_other", issues, "trace_log_services")
         attrs = format_attrs(rec.attrs)
         text = f"{self._label(rec)} {format_ms(rec.duration)}"
         if rec.error:
@@ -950,14 +959,9 @@ class TraceTranslator:
         if fields:  # its own cap: a long span row never cuts the events' summary off
             text += self._events_rows(rec, fields, logs, frame)
         frame.text(logs, rec.end, text, "ERROR" if rec.error else "INFO")
-        series = f"{DURATIONS}/{svc}/{part(rec.name)}"
-        if series not in self._series:
-            if len(self._series) >= MAX_SERIES:
-                # One shared series beyond the cap (per service would be unbounded).
-                issues.cap("trace_duration_series", 1)
-                series = f"{DURATIONS}/_other/_other"
-            else:
-                self._series.add(series)
+        # One shared series beyond the cap (per service would be unbounded).
+        series = _capped(f"{DURATIONS}/{svc}/{part(rec.name)}", self._series, MAX_SERIES,
+                         f"{DURATIONS}/_other/_other", issues, "trace_duration_series")
         if series not in self._styled:
             self._styled.add(series)
             title = f"{rec.name} ms ({rec.service})" if not series.endswith("/_other") \
