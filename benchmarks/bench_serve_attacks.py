@@ -12,8 +12,10 @@ folder, no token) and measures it from /proc:
   senders were told were not taken, spans dropped after an OK (``rerun (queue_full)``).
 * ``session``: single-span traces from 2,000 services over OTLP/HTTP, 200 a request.
   Reported: RSS at a third, two thirds and the end of the session.
+* ``session-footer``: the same with ``serve --rrd-footer`` (the Rerun SDK then holds the
+  file's chunk index in memory until serve exits).
 
-    python benchmarks/bench_serve_attacks.py dos tiny session --runs 5
+    python benchmarks/bench_serve_attacks.py dos tiny session session-footer --runs 5
 """
 
 from __future__ import annotations
@@ -242,9 +244,9 @@ def _settle(pid: int, limit_s: float = 60.0) -> None:
             return
 
 
-def session(traces: int) -> dict[str, float]:
+def session(traces: int, *extra: str) -> dict[str, float]:
     per = 200
-    serve = Serve()
+    serve = Serve(*extra)
     out: dict[str, float] = {"idle RSS MB": serve.idle / MB}
     requests = traces // per
     for k in range(requests):
@@ -269,12 +271,13 @@ def session(traces: int) -> dict[str, float]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("cases", nargs="+", choices=("dos", "tiny", "session"))
+    ap.add_argument("cases", nargs="+", choices=("dos", "tiny", "session", "session-footer"))
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--traces", type=int, default=24_000, help="session length")
     args = ap.parse_args()
     cases: dict[str, Callable[[], dict[str, float]]] = {
-        "dos": dos, "tiny": tiny, "session": lambda: session(args.traces)}
+        "dos": dos, "tiny": tiny, "session": lambda: session(args.traces),
+        "session-footer": lambda: session(args.traces, "--rrd-footer")}
     results: dict[str, list[dict[str, float]]] = {c: [] for c in args.cases}
     for run in range(args.runs):  # interleaved: load drifts hit every case alike
         for case in args.cases:

@@ -106,6 +106,12 @@ def register(sub: Any) -> None:
                    help="span positions the trace view remembers (for the depth of later "
                         "children), all traces together; the oldest traces are forgotten "
                         "past it, so a long session plateaus (default %(default)s)")
+    p.add_argument("--rrd-footer", action="store_true",
+                   help="end a file:*.rrd recording with Rerun's footer, an index of every "
+                        "chunk for fast random access. The SDK holds that index in memory "
+                        "until serve exits (~8 KB a single-span trace), so by default a "
+                        "long session writes no footer and its memory plateaus; the viewer "
+                        "and rerun.chunk.RrdReader read the file either way")
     p.set_defaults(handler=serve)
 
 
@@ -114,7 +120,8 @@ def rerun_target(cli_value: str | None) -> str:
     return target
 
 
-def _exporters(target: str, trace_spans: int = TRACE_SPANS) -> tuple[list[Any], list[Any]]:
+def _exporters(target: str, trace_spans: int = TRACE_SPANS,
+               footer: bool = False) -> tuple[list[Any], list[Any]]:
     if target.lower() == "off":
         return [], []
     if target.startswith("file:"):
@@ -123,6 +130,9 @@ def _exporters(target: str, trace_spans: int = TRACE_SPANS) -> tuple[list[Any], 
 
     spans = RerunSpanExporter(target)
     bound_trace_view(spans, trace_spans)
+    sink = getattr(spans, "sink", None)
+    if sink is not None:  # before the first span: the file opens on the first send
+        sink.footer = footer
     return [spans], [RerunMetricExporter(target)]
 
 
@@ -203,7 +213,8 @@ def serve(args: argparse.Namespace) -> int:
             print(f"proofscope serve: warning: not forwarding to ${source}: {exc}",
                   file=sys.stderr)
     try:
-        span_exporters, metric_exporters = _exporters(target, args.max_trace_spans)
+        span_exporters, metric_exporters = _exporters(target, args.max_trace_spans,
+                                                         args.rrd_footer)
         rerun_spans = list(span_exporters)
         if forward is not None:
             span_exporters = [serve_forward.Fanout(*span_exporters, forward.span_exporter)]
@@ -244,7 +255,13 @@ def serve(args: argparse.Namespace) -> int:
         if receiver.http_endpoint:
             print(f"OTLP/HTTP listening on {_shown(receiver.http_endpoint, args.host)}",
                   flush=True)
-        print(f"Rerun: {target}" + ("  (token required)" if token else ""), flush=True)
+        footer = ""
+        if target.startswith("file:"):
+            footer = ("  (with a footer: memory grows with the session)" if args.rrd_footer
+                      else "  (no footer, so a long session's memory plateaus; "
+                           "--rrd-footer writes one)")
+        print(f"Rerun: {target}{footer}" + ("  (token required)" if token else ""),
+              flush=True)
         if mapper is not None:
             print(f"mapping: {mapper.rules.label}", flush=True)
         if forward is not None:

@@ -136,6 +136,11 @@ class RerunSink:
         if queue_size < 1 or queue_bytes < 1:
             raise ValueError("queue_size and queue_bytes must be >= 1")
         self.target = target
+        #: Whether a file target gets Rerun's footer, an index of every chunk for fast
+        #: random access. The SDK keeps that index in memory until the file is closed,
+        #: ~300 B a chunk (~8 KB a single-span trace in ``serve``), so a long-running
+        #: session turns it off (rerun-sdk's own advice); read when the file opens.
+        self.footer = True
         self.stats = SinkStats()
         self._capacity = queue_size
         self._capacity_bytes = queue_bytes
@@ -658,7 +663,8 @@ class RerunSink:
             if not same:
                 raise UnsafeOutputError(f"refusing to write recording {str(path)!r}: it was "
                                         "replaced (a link?) after it was opened")
-        self._recording().save(path, default_blueprint=self._layouts.current())
+        self._recording().save(path, default_blueprint=self._layouts.current(),
+                               write_footer=self.footer)
         return None
 
     def _claim(self, path: Path) -> Path:
