@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
+import time
+from pathlib import Path
 
 
 def read_until(proc: subprocess.Popen[str], prefix: str, lines: list[str]) -> str:
@@ -14,3 +17,27 @@ def read_until(proc: subprocess.Popen[str], prefix: str, lines: list[str]) -> st
         if line.startswith(prefix):
             return line.strip().rsplit(" ", 1)[-1]
     raise AssertionError(f"no {prefix!r} line; got {lines}")
+
+
+def proc_status(pid: int, field: str) -> int:
+    """A memory field of /proc/PID/status (``VmRSS``, ``VmHWM``), in bytes."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError(f"no {field} for {pid}")
+
+
+def cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) the process has used."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def settle(pid: int, limit_s: float = 60.0) -> None:
+    """Until serve has drawn what it queued: under 5 % of a CPU for half a second."""
+    end = time.monotonic() + limit_s
+    while time.monotonic() < end:
+        before = cpu_s(pid)
+        time.sleep(0.5)
+        if cpu_s(pid) - before < 0.025:
+            return

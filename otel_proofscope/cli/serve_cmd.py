@@ -111,7 +111,8 @@ def register(sub: Any) -> None:
                         "chunk for fast random access. The SDK holds that index in memory "
                         "until serve exits (~8 KB a single-span trace), so by default a "
                         "long session writes no footer and its memory plateaus; the viewer "
-                        "and rerun.chunk.RrdReader read the file either way")
+                        "and rerun.chunk.RrdReader(...).stream() read the file either way "
+                        "(RrdReader's store() needs the footer)")
     p.set_defaults(handler=serve)
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-from serve_helpers import read_until
+from serve_helpers import proc_status, read_until, settle
 
 from otel_proofscope.cli.serve_cmd import _exporters, trace_view_line
 from otel_proofscope.integrations.otlp_receiver import OtlpReceiver
@@ -114,28 +114,6 @@ def test_a_long_session_of_distinct_traces_plateaus(tmp_path: Path) -> None:
     assert sum(len(rec.rows(p)) for p in logs) == REQUESTS * PER_REQUEST
 
 
-def _proc_rss(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    raise AssertionError(f"no VmRSS for {pid}")
-
-
-def _cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def _settle(pid: int, limit_s: float = 60.0) -> None:
-    """Until serve has drawn what it queued: under 5 % of a CPU for half a second."""
-    end = time.monotonic() + limit_s
-    while time.monotonic() < end:
-        before = _cpu_s(pid)
-        time.sleep(0.5)
-        if _cpu_s(pid) - before < 0.025:
-            return
-
-
 #: Requests of the real CLI's session: 20,000 traces; RSS read after 4,000 and at the end.
 CLI_REQUESTS = 100
 CLI_MEASURED_AT = (CLI_REQUESTS // 5 - 1, CLI_REQUESTS - 1)
@@ -179,8 +157,8 @@ def test_serve_memory_plateaus_over_a_long_session(tmp_path: Path, footer: bool)
                     assert exc.code == 503
                     time.sleep(0.1)
             if k in CLI_MEASURED_AT:
-                _settle(proc.pid)  # drawn: the queue's backlog is not the plateau
-                rss.append(_proc_rss(proc.pid))
+                settle(proc.pid)  # drawn: the queue's backlog is not the plateau
+                rss.append(proc_status(proc.pid, "VmRSS"))
         proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=60)
     finally:

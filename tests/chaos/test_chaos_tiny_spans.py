@@ -21,7 +21,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
 )
-from serve_helpers import read_until
+from serve_helpers import proc_status, read_until
 
 pytestmark = pytest.mark.chaos
 pytest.importorskip("rerun", reason="rerun-sdk (the [rerun] extra) is not installed")
@@ -48,13 +48,6 @@ def _request(seed: int) -> bytes:
     return bytes(req.SerializeToString())
 
 
-def _status(pid: int, field: str) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1]) * 1024
-    raise AssertionError(f"no {field} for {pid}")
-
-
 def test_tiny_spans_cost_memory_in_proportion_to_the_budget(tmp_path: Path) -> None:
     bodies = [_request(k + 1) for k in range(REQUESTS)]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "PROOFSCOPE_"))}
@@ -72,7 +65,7 @@ def test_tiny_spans_cost_memory_in_proportion_to_the_budget(tmp_path: Path) -> N
         endpoint = read_until(proc, "OTLP/gRPC listening on", lines)
         read_until(proc, "Rerun:", lines)
         time.sleep(0.5)
-        idle = _status(proc.pid, "VmRSS")
+        idle = proc_status(proc.pid, "VmRSS")
         channel = grpc.insecure_channel(endpoint)
         export = channel.unary_unary(EXPORT)
         lock = threading.Lock()
@@ -93,7 +86,7 @@ def test_tiny_spans_cost_memory_in_proportion_to_the_budget(tmp_path: Path) -> N
         for t in threads:
             t.join(60)
         channel.close()
-        peak = _status(proc.pid, "VmHWM")
+        peak = proc_status(proc.pid, "VmHWM")
         proc.send_signal(signal.SIGTERM)
         assert proc.stdout is not None and proc.stderr is not None
         out = proc.stdout.read()
