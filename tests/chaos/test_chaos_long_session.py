@@ -63,10 +63,21 @@ def _rss() -> int:
     failing run read 278 -> 350 MB untrimmed); the bound is on what is kept."""
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL("libc.so.6").malloc_trim(0)
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    raise AssertionError("no VmRSS")
+    return proc_status(os.getpid(), "VmRSS")
+
+
+def _post(url: str, body: bytes, tries: int) -> None:
+    """POST one OTLP/HTTP request; a busy receiver answers 503: retry, bounded."""
+    for _ in range(tries):
+        try:
+            request = urllib.request.Request(
+                url, data=body, headers={"Content-Type": "application/x-protobuf"})
+            urllib.request.urlopen(request, timeout=30).read()
+            return
+        except urllib.error.HTTPError as exc:
+            assert exc.code == 503
+            time.sleep(0.1)
+    raise AssertionError(f"{url}: still 503 after {tries} tries")
 
 
 def test_a_long_session_of_distinct_traces_plateaus(tmp_path: Path) -> None:
@@ -78,16 +89,7 @@ def test_a_long_session_of_distinct_traces_plateaus(tmp_path: Path) -> None:
     try:
         url = f"{receiver.http_endpoint}/v1/traces"
         for k in range(REQUESTS):
-            body = _body(k)
-            for _ in range(200):  # a busy receiver asks to retry: bounded
-                try:
-                    request = urllib.request.Request(
-                        url, data=body, headers={"Content-Type": "application/x-protobuf"})
-                    urllib.request.urlopen(request, timeout=30).read()
-                    break
-                except urllib.error.HTTPError as exc:
-                    assert exc.code == 503
-                    time.sleep(0.1)
+            _post(url, _body(k), 200)
             if k in (REQUESTS // 2, REQUESTS - 1):
                 assert spans[0].force_flush(60_000)
                 gc.collect()
@@ -149,17 +151,7 @@ def test_serve_memory_plateaus_over_a_long_session(tmp_path: Path, footer: bool)
         banner = lines[-1]
         assert ("with a footer" in banner) == footer, banner
         for k in range(CLI_REQUESTS):
-            body = _body(k)
-            for _ in range(600):  # a busy receiver asks to retry: bounded
-                try:
-                    request = urllib.request.Request(
-                        f"{url}/v1/traces", data=body,
-                        headers={"Content-Type": "application/x-protobuf"})
-                    urllib.request.urlopen(request, timeout=30).read()
-                    break
-                except urllib.error.HTTPError as exc:
-                    assert exc.code == 503
-                    time.sleep(0.1)
+            _post(f"{url}/v1/traces", _body(k), 600)
             if k in CLI_MEASURED_AT:
                 settle(proc.pid)  # drawn: the queue's backlog is not the plateau
                 rss.append(proc_status(proc.pid, "VmRSS"))
