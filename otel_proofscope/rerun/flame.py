@@ -37,6 +37,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from otel_proofscope.rerun.frozen_rows import FrozenRows
+
 #: Width of a group's extent (its earliest start to its latest end), in rows.
 FLAME_WIDTH = 32.0
 #: Half a box's height (rows are 1 apart: a thin gap between rows).
@@ -98,8 +100,8 @@ class Group:
     dirty: bool = False  # a redraw is due (a late parent, a link, a merge)
     frozen: bool = False  # over MAX_GROUP_SPANS: no more redraws
     #: Spans placed once frozen: only their row (level -1-n: n in the orphan rows), what
-    #: their children need (~100 bytes each, a Placed ~250).
-    slim: dict[tuple[int, int], int] = field(default_factory=dict)
+    #: their children need (~18 bytes each, a Placed ~250).
+    slim: FrozenRows = field(default_factory=FrozenRows)
     tight: bool = False  # the next redraw leaves no room to grow (the last one)
     gen: int = 0  # redraws so far (the entity-path suffix)
     emitted: bool = False
