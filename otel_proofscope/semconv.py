@@ -490,6 +490,11 @@ DROP_REASON_NOTES: dict[str, str] = {
 #: Items a view caps for legibility, and where every one of them still is.
 DISPLAY_CAPS: dict[str, str] = {
     "round_bars": "every round is in the claim and timing series",
+    # Counted per point / row that went to the shared entity instead of its own.
+    "trace_duration_series": "span names beyond the first 1,024 are drawn in the shared "
+                             "series trace/durations/_other/_other",
+    "trace_log_services": "services beyond the first 1,024 are logged in the shared "
+                          "entity trace/logs/_other",
 }
 
 

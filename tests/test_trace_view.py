@@ -395,6 +395,28 @@ def test_duration_series_are_capped_and_the_rest_share_one(
     assert issues.drawn == 5
 
 
+def test_names_beyond_the_series_cap_are_drawn_shared_not_dropped(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """viztracer names every function with its file and line: past the cap the points
+    go to the shared series, and the summary must not call them dropped (issue 27)."""
+    from otel_proofscope.rerun import translate_trace
+
+    monkeypatch.setattr(translate_trace, "MAX_SERIES", 2)
+    path = tmp_path / "cap.rrd"
+    dropped = DROPS.total()
+    shared = DROPS.not_drawn()
+    exporter = RerunSpanExporter(f"file:{path}")
+    exporter.export([_span(f"f{i} (toy.py:{i})", i + 1, None, T0 + i, T0 + i + 5)
+                     for i in range(5)])
+    assert exporter.force_flush(30_000)
+    exporter.shutdown()
+    assert DROPS.total() == dropped
+    beyond = {k.signal: n - shared.get(k, 0) for k, n in DROPS.not_drawn().items()}
+    assert beyond.get("trace_duration_series") == 3
+    rec = readback.read(path)
+    assert len(rec.rows(f"/{DURATIONS}/_other/_other")) == 3
+
+
 def _remote_child(span_id: int, parent: int, start: int, end: int) -> ReadableSpan:
     """The first span of a process that joined a trace begun elsewhere (TRACEPARENT)."""
     ctx = SpanContext(TRACE, span_id, False, TraceFlags(TraceFlags.SAMPLED))

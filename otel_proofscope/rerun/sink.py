@@ -386,10 +386,7 @@ class RerunSink:
                                  "%s", issues.errors[0])
         else:
             r("metric_points", LEDGER_SINK, DropReason.INVALID, issues.skipped)
-        for what, n in issues.capped.items():
-            # A display cap over items that are complete elsewhere loses nothing.
-            r(what, LEDGER_SINK, DropReason.DISPLAY_CAP if what in DISPLAY_CAPS
-              else DropReason.SIZE_CAP, n)
+        self._record_caps(issues.capped)
         overflow = self.spans.gaps.overflow
         if overflow > self._gap_overflow:
             r("capability_gaps", LEDGER_SINK, DropReason.SIZE_CAP, overflow - self._gap_overflow)
@@ -397,12 +394,17 @@ class RerunSink:
 
     # ── sender thread ────────────────────────────────────────────────────────────────
 
+    def _record_caps(self, capped: dict[str, int]) -> None:
+        for what, n in capped.items():
+            # A display cap over items that are complete elsewhere loses nothing.
+            self._ledger.record(what, LEDGER_SINK, DropReason.DISPLAY_CAP
+                                if what in DISPLAY_CAPS else DropReason.SIZE_CAP, n)
+
     def _record_trace(self, issues: TraceIssues, sent: bool) -> None:
         r = self._ledger.record
         r("spans", LEDGER_SINK, DropReason.INVALID, issues.invalid)
         r(PARENT_SIGNAL, LEDGER_SINK, DropReason.SIZE_CAP, issues.pending_overflow)
-        for what, n in issues.capped.items():
-            r(what, LEDGER_SINK, DropReason.SIZE_CAP, n)
+        self._record_caps(issues.capped)
         if not sent:
             return
         self.stats.spans_drawn += issues.drawn

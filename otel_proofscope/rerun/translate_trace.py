@@ -100,10 +100,11 @@ MAX_PENDING = 32768
 #: Placed span ids remembered (for the depth of later children), all traces together.
 MAX_PLACED = 1 << 18
 #: Distinct duration series (service, span name); further ones share
-#: ``trace/durations/_other/_other`` (counted as ``trace_duration_series`` size_cap).
+#: ``trace/durations/_other/_other`` (counted as ``trace_duration_series``, a display
+#: cap: the points are drawn, in the shared series).
 MAX_SERIES = 1024
 #: Services with a span log entity of their own; further ones share
-#: ``trace/logs/_other`` (counted as ``trace_log_services`` size_cap).
+#: ``trace/logs/_other`` (counted as ``trace_log_services``, a display cap).
 MAX_LOG_SERVICES = 1024
 #: Attributes shown per span, characters per text row.
 MAX_ATTRS = 24
@@ -179,7 +180,8 @@ def _name(text: str) -> str:
 def _capped(path: str, seen: set[str], limit: int, other: str, issues: TraceIssues,
             reason: str) -> str:
     """``path``, or once ``seen`` holds ``limit`` paths a new one's shared ``other``
-    (counted under ``reason``): every entity path costs the Rerun SDK memory for good."""
+    (counted under ``reason``, a display cap: nothing is lost, the row goes to ``other``):
+    every entity path costs the Rerun SDK memory for good."""
     if path in seen:
         return path
     if len(seen) >= limit:
