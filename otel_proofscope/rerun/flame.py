@@ -100,7 +100,7 @@ class Group:
     dirty: bool = False  # a redraw is due (a late parent, a link, a merge)
     frozen: bool = False  # over MAX_GROUP_SPANS: no more redraws
     #: Spans placed once frozen: only their row (level -1-n: n in the orphan rows), what
-    #: their children need (~18 bytes each, a Placed ~250).
+    #: their children need (~20 bytes each, a Placed ~250).
     slim: FrozenRows = field(default_factory=FrozenRows)
     tight: bool = False  # the next redraw leaves no room to grow (the last one)
     gen: int = 0  # redraws so far (the entity-path suffix)
