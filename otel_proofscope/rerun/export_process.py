@@ -33,9 +33,11 @@ is counted per sink as ``sink_unavailable``, and when it is killed at the shutdo
 deadline as ``unconfirmed`` (it had them: some may have been delivered) beside
 ``shutdown`` for what it was never handed, so ``delivered`` per sink is only what the
 child said it delivered.
-OTLP progress is reported every 0.25 s; the Rerun sink's only at a flush and at close
-(as on the Rerun child route), so a child killed at the deadline has the Rerun spans it
-drew since the last flush counted lost, never the reverse.
+OTLP progress is reported every 0.25 s. A Rerun file is settled as it is drawn (the
+child counts what its view still holds, and settles the rest between two batches, every
+0.25 s at most); a viewer (gRPC, spawn) only at a flush and at close, as on the Rerun
+child route. So a child killed at the deadline has what it drew since its last
+settlement counted lost, never the reverse.
 Metric export stays in the parent (a few points per interval); a Rerun metric exporter
 of the same target shares this child (one recording).
 """

@@ -26,7 +26,7 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -176,6 +176,10 @@ class RerunSink:
         self._next_retry = 0.0
         self._last_probe = 0.0
         self._unconfirmed: list[_Item] = []
+        #: Called on the sender thread with (spans, span events, metric points) of each
+        #: batch it finished (drawn and written, or counted lost): the export process
+        #: settles what a file holds while it draws, not only at a flush.
+        self.on_batch_done: Callable[[int, int, int], None] | None = None
         self._warned_unavailable = False
         self._warned_translate = False
         self._warned_poison = False
@@ -496,6 +500,27 @@ class RerunSink:
             finally:
                 with self._cond:
                     self._in_flight = []
+                self._batch_done(items)
+
+    def is_sender(self) -> bool:
+        """Whether the caller is this sink's sender thread."""
+        return threading.current_thread() is self._thread
+
+    def _batch_done(self, items: list[_Item]) -> None:
+        hook = self.on_batch_done
+        if hook is None or items[0].kind not in ("spans", "metrics"):
+            return
+        spans = events = points = 0
+        for item in items:
+            if item.kind == "spans":
+                spans += item.n
+                events += item.events
+            elif item.kind == "metrics":
+                points += item.n
+        try:
+            hook(spans, events, points)
+        except Exception as exc:  # the sender must survive anything
+            _log.warning("rerun: batch hook error: %r", exc)
 
     def _screen(self, items: list[_Item]) -> None:
         """Refuse undrawable spans one by one (counted invalid), in place."""

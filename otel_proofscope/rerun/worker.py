@@ -152,9 +152,14 @@ class Worker:
         else:
             self._spans(count, extra, payload, witness=kind == SPANS_WITNESS)
 
-    def _spans(self, count: int, events: int, payload: bytes, *, witness: bool) -> None:
-        self.received.spans += count
+    def _receive(self, spans: int, events: int, points: int = 0) -> None:
+        """Count a frame as received (before it is unpacked, refused or handed on)."""
+        self.received.spans += spans
         self.received.span_events += events
+        self.received.metric_points += points
+
+    def _spans(self, count: int, events: int, payload: bytes, *, witness: bool) -> None:
+        self._receive(count, events)
         try:
             batch = span_wire.unpack_spans(payload)
         except span_wire.FrameError as exc:  # count the frame, keep going
@@ -174,7 +179,7 @@ class Worker:
         self.sink.submit_spans(spans, witness=witness)
 
     def _metrics(self, points: int, payload: bytes) -> None:
-        self.received.metric_points += points
+        self._receive(0, 0, points)
         try:
             batch = decode.metrics_from_request(ExportMetricsServiceRequest.FromString(payload))
         except Exception as exc:
