@@ -213,6 +213,46 @@ def test_a_bounded_wait_then_an_orphan_and_a_bounded_buffer() -> None:
     assert tr.drain(Frame()).drawn == 0
 
 
+@pytest.mark.parametrize("lane_cap", [1 << 16, 4, 2], ids=["redrawn", "frozen", "slim"])
+def test_a_full_wait_draws_early_and_the_summary_says_where_they_ended(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, lane_cap: int) -> None:
+    """A proof whose root ends last overflows the wait once it has more spans than the
+    wait holds: those spans are drawn early, not lost (no drop is recorded), and the
+    summary says whether the root's arrival moved them under it (*drawn late*) or, in a
+    lane too large to redraw, left them in the orphan rows."""
+    from otel_proofscope.rerun import flame
+
+    monkeypatch.setattr(flame, "MAX_GROUP_SPANS", lane_cap)
+    TALLY.reset()
+    dropped, shared = DROPS.total(), dict(DROPS.not_drawn())
+    path = tmp_path / "wait.rrd"
+    exporter = RerunSpanExporter(f"file:{path}")
+    exporter.export([_span("prove", 1, None, T0, T0 + 100)][:0])  # opens the sink
+    assert exporter.sink is not None
+    exporter.sink.trace.max_pending = 2
+    exporter.export([_span(f"layer{i}", 10 + i, 1, T0 + i, T0 + i + 1) for i in range(6)])
+    assert exporter.force_flush(30_000)
+    exporter.export([_span("prove", 1, None, T0, T0 + 100)])
+    assert exporter.force_flush(30_000)
+    exporter.shutdown()
+    assert DROPS.total() == dropped and dict(DROPS.not_drawn()) == shared
+    moved = "4 drawn late: their parent arrived after them"
+    left = ("4 left in the orphan rows: their parent arrived after its lane had grown too "
+            "large to redraw")
+    assert TALLY.summary_line(DROPS) == \
+        f"rerun: drawn 7 spans ({moved if lane_cap > 4 else left}); not drawn 0"
+    rec = readback.read(path)
+    drawn = trace_boxes(rec, "prover", f"{TRACE:032x}"[:8])
+    assert len(drawn) == 7
+    # redrawn: every layer under the proof, none labelled an orphan; frozen: the four
+    # drawn early keep the boxes they were drawn with (the summary says so)
+    orphans = [b.name for b in drawn if "(orphan" in b.label]
+    assert len(orphans) == (0 if lane_cap > 4 else 4), orphans
+    if lane_cap > 4:
+        y = {b.name: b.y for b in drawn}
+        assert {y[f"layer{i}"] - y["prove"] for i in range(6)} == {1}
+
+
 def test_a_waiting_span_keeps_only_what_its_box_needs() -> None:
     """Spans that wait for their parent hold a few hundred bytes each, not their events
     and attributes (16-round layer spans held ~17 KB each: 32,768 could wait)."""

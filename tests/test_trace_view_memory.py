@@ -70,6 +70,38 @@ def test_waiting_and_placed_spans_of_one_large_trace_cost_little(
     assert peak / n < 350, f"{peak / n:.0f} B a span at the redraw's peak"
 
 
+def test_orphans_of_a_frozen_lane_keep_only_a_count(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A proof whose root ends last, larger than the wait: its spans are drawn early as
+    orphans, and past the lane's redraw cap (frozen) they are never moved, so the lane
+    keeps how many wait for that parent, not each span (~250 bytes as ``Placed``; the
+    200,000-span proof of decision 6 held ~100,000 of them until its root came)."""
+    from otel_proofscope.rerun import flame
+
+    monkeypatch.setattr(flame, "MAX_GROUP_SPANS", 1_000)
+    n, batch = 12_000, 500
+    tr = TraceTranslator(wait_s=600.0, max_pending=100)
+    gc.collect()
+    tracemalloc.start()
+    try:
+        for i in range(0, 2_000, batch):  # past the lane cap: frozen
+            tr.translate([_wire_span(k + 2, 1, T0 + 10 * k, T0 + 10 * k + 5)
+                          for k in range(i, i + batch)], Frame(), now=1.0)
+        gc.collect()
+        base = tracemalloc.get_traced_memory()[0]
+        for i in range(2_000, n, batch):
+            tr.translate([_wire_span(k + 2, 1, T0 + 10 * k, T0 + 10 * k + 5)
+                          for k in range(i, i + batch)], Frame(), now=1.0)
+        gc.collect()
+        per_span = (tracemalloc.get_traced_memory()[0] - base) / (n - 2_000)
+    finally:
+        tracemalloc.stop()
+    issues = tr.translate([_wire_span(1, None, T0, T0 + 10 * n)], Frame(), now=2.0)
+    # every orphan's parent came: none is an orphan now; those frozen stay where drawn
+    assert issues.orphans == -(n - 100)
+    assert issues.stranded + issues.late == n - 100 and issues.stranded >= n - 1_000
+    assert per_span < 80, per_span  # the row code, the id filter and the count
+
+
 def _rows(frame: Frame) -> Counter[tuple[Any, ...]]:
     """Every flame row of a frame, whichever send carries it: (path, time, values)."""
     out: Counter[tuple[Any, ...]] = Counter()

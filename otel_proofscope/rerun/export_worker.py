@@ -329,10 +329,10 @@ class ExportWorker(Worker):
         self._last: Any = None
         self._rerun_settled = Counts()
         self._rerun_drops: dict[Any, int] = {}
-        # Spans drawn (with orphans and late ones) as of the same snapshot as
+        # Spans drawn (with orphans, late and stranded ones) as of the same snapshot as
         # _rerun_settled: a live count ran ahead of what was settled, so a child killed
         # between two flushes had its spans counted both drawn and lost.
-        self._rerun_drawn = [0, 0, 0]
+        self._rerun_drawn = [0, 0, 0, 0]
         # What the view holds (received, neither drawn and written nor counted lost), so
         # that a file's spans are settled while it draws, not only at a flush or the
         # close: a burst the view finished just past the shutdown deadline was counted
@@ -470,7 +470,7 @@ class ExportWorker(Worker):
             self._rerun_settled = settled if settled is not None \
                 else Counts(**self.received.as_dict())
             stats = self.sink.stats
-            self._rerun_drawn = [stats.spans_drawn, stats.orphans, stats.late]
+            self._rerun_drawn = stats.drawn_counts()
             self._rerun_drops = {k: n for k, n in drops.items() if k.sink != OTLP_SINK}
             # Left out under a display cap (not lost): the parent's exit report says so.
             self._rerun_drops.update(self.ledger.not_drawn())

@@ -96,6 +96,12 @@ class Group:
     spans: dict[tuple[int, int], Placed] = field(default_factory=dict)
     #: (trace, parent span) → spans drawn without that parent (re-parented when it comes)
     orphans: dict[tuple[int, int], list[Placed]] = field(default_factory=dict)
+    #: Orphans whose parent came this call: moved under it if the lane is redrawn.
+    adopted: list[Placed] = field(default_factory=list)
+    #: (trace, parent span) → orphans placed once frozen: never redrawn, so only how
+    #: many (a large proof whose root ends last has ~100,000 of them, ~250 bytes each
+    #: as ``Placed``).
+    stray: dict[tuple[int, int], int] = field(default_factory=dict)
     new: list[Placed] = field(default_factory=list)  # placed this call, not drawn yet
     dirty: bool = False  # a redraw is due (a late parent, a link, a merge)
     frozen: bool = False  # over MAX_GROUP_SPANS: no more redraws

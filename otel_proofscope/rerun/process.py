@@ -155,7 +155,8 @@ class RerunWorker:
         self._sent = Counts()  # fully written to the pipe
         # As of the child's latest report, per span sink (metric points: the Rerun one).
         self._settled = {sink: Counts() for sink in self.span_sinks}
-        self._drawn = (0, 0, 0)  # spans the child drew (of those orphans, late), as reported
+        # Spans the child drew (of those orphans, late, stranded), as reported.
+        self._drawn: tuple[int, ...] = (0, 0, 0, 0)
         self._applied: dict[tuple[str, str, str], int] = {}  # child losses already recorded
         self._flushes: dict[int, tuple[threading.Event, list[bool]]] = {}
         self._next_flush = 0
@@ -372,9 +373,9 @@ class RerunWorker:
             self._settled = {sink: by_sink.get(sink, settled) for sink in self.span_sinks}
             self._final = self._final or bool(report.get("final"))
             # The child's running count of spans drawn in the trace view (cumulative).
-            drawn = [*(int(v) for v in report.get("drawn", (0, 0))), 0, 0][:3]
-            last, self._drawn = self._drawn, (drawn[0], drawn[1], drawn[2])
-            TALLY.add(drawn[0] - last[0], drawn[1] - last[1], drawn[2] - last[2])
+            drawn = (*(int(v) for v in report.get("drawn", ())), 0, 0, 0, 0)[:4]
+            last, self._drawn = self._drawn, drawn
+            TALLY.add(*(now - before for now, before in zip(drawn, last, strict=True)))
             waiter = self._flushes.get(report.get("flush") or -1)
         self.ready.set()
         for (signal, sink, reason), n in news:

@@ -65,8 +65,6 @@ APP_ID = "otel_proofscope"
 #: Signal under which contract spans the 3D walk could not use are counted (the trace
 #: view still draws them; what it cannot draw is counted under ``spans``).
 WALK_SIGNAL = "proof_walk_spans"
-#: Signal for spans whose parent link was given up early (pending buffer full).
-PARENT_SIGNAL = "span_parents"
 #: Items (spans or metric points) queued before new ones are dropped and counted.
 DEFAULT_QUEUE = 8192
 #: The same bound in estimated bytes (``pipeline.processor.estimate_bytes``): a span's
@@ -109,8 +107,14 @@ class SinkStats:
     spans_drawn: int = 0  # in the trace view (every span, contract or not)
     orphans: int = 0  # of which drawn without their parent (never received)
     late: int = 0  # of which drawn before their parent came, then moved under it
+    stranded: int = 0  # of which drawn before their parent came, left where they were
+    drawn_early: int = 0  # spans drawn before their parent because the wait was full
     coerced: int = 0
     translate_errors: list[str] = field(default_factory=list)
+
+    def drawn_counts(self) -> list[int]:
+        """``[drawn, orphans, late, stranded]``: what a child process reports."""
+        return [self.spans_drawn, self.orphans, self.late, self.stranded]
 
 
 @dataclass
@@ -407,20 +411,24 @@ class RerunSink:
     def _record_trace(self, issues: TraceIssues, sent: bool) -> None:
         r = self._ledger.record
         r("spans", LEDGER_SINK, DropReason.INVALID, issues.invalid)
-        r(PARENT_SIGNAL, LEDGER_SINK, DropReason.SIZE_CAP, issues.pending_overflow)
+        # A full wait draws its oldest span early: drawn, not lost. Where it ends up
+        # (under its parent, in the orphan rows) is in the tally, not the ledger.
+        self.stats.drawn_early += issues.pending_overflow
         self._record_caps(issues.capped)
         if not sent:
             return
         self.stats.spans_drawn += issues.drawn
         self.stats.orphans += issues.orphans
         self.stats.late += issues.late
-        TALLY.add(issues.drawn, issues.orphans, issues.late)
+        self.stats.stranded += issues.stranded
+        TALLY.add(issues.drawn, issues.orphans, issues.late, issues.stranded)
 
     def _unconfirm(self, issues: TraceIssues) -> None:
         u = self._unconfirmed_drawn
         u.drawn += issues.drawn
         u.orphans += issues.orphans
         u.late += issues.late
+        u.stranded += issues.stranded
         for call, n in issues.drawn_calls.items():
             u.drawn_calls[call] = u.drawn_calls.get(call, 0) + n
 
@@ -792,7 +800,8 @@ class RerunSink:
         self.stats.spans_drawn -= drawn.drawn
         self.stats.orphans -= drawn.orphans
         self.stats.late -= drawn.late
-        TALLY.add(-drawn.drawn, -drawn.orphans, -drawn.late)
+        self.stats.stranded -= drawn.stranded
+        TALLY.add(-drawn.drawn, -drawn.orphans, -drawn.late, -drawn.stranded)
         self._lose_spans(drawn.drawn_outside(calls), 0, DropReason.SINK_UNAVAILABLE)
         self.trace.discard_calls(calls)
         for item in lost:

@@ -7,6 +7,8 @@ together, so a run that drew nothing can never read as "nothing dropped"::
 
     rerun: drawn 14 spans (2 as orphans: parent never received); not drawn 0
     rerun: drawn 18 spans (9 drawn late: their parent arrived after them); not drawn 0
+    rerun: drawn 200001 spans (133000 left in the orphan rows: their parent arrived after
+      its lane had grown too large to redraw); not drawn 0
     rerun: drawn 0 spans; not drawn 14 (sink_unavailable 14)
 
 A child-process translator reports its own counts to the parent (``process.py``),
@@ -23,30 +25,34 @@ from otel_proofscope.semconv import SINK_RERUN
 
 class DrawTally:
     """Thread-safe running counts of spans drawn, of those drawn as orphans (parent
-    never received), and of those drawn before their parent arrived and then moved under
-    it (*late*: an orphan whose parent came turns into a late span)."""
+    never received), of those drawn before their parent arrived and then moved under
+    it (*late*: an orphan whose parent came turns into a late span), and of those whose
+    parent came too late to move them (*stranded*: their lane was over
+    ``flame.MAX_GROUP_SPANS`` and is never redrawn, so they stay in its orphan rows)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.drawn = 0
         self.orphans = 0
         self.late = 0
+        self.stranded = 0
 
-    def add(self, drawn: int, orphans: int = 0, late: int = 0) -> None:
-        if drawn or orphans or late:
+    def add(self, drawn: int, orphans: int = 0, late: int = 0, stranded: int = 0) -> None:
+        if drawn or orphans or late or stranded:
             with self._lock:
                 self.drawn += drawn
                 self.orphans += orphans
                 self.late += late
+                self.stranded += stranded
 
     def reset(self) -> None:
         with self._lock:
-            self.drawn = self.orphans = self.late = 0
+            self.drawn = self.orphans = self.late = self.stranded = 0
 
     def summary_line(self, ledger: DropLedger) -> str:
         """``drawn N spans; not drawn M (reason n, …)`` for the sink ``rerun``."""
         with self._lock:
-            drawn, orphans, late = self.drawn, self.orphans, self.late
+            drawn, orphans, late, stranded = self.drawn, self.orphans, self.late, self.stranded
         lost: dict[str, int] = {}
         for key, n in ledger.snapshot().items():
             if key.signal == "spans" and key.sink == SINK_RERUN:
@@ -55,6 +61,9 @@ class DrawTally:
         notes = []
         if late:
             notes.append(f"{late} drawn late: their parent arrived after them")
+        if stranded:
+            notes.append(f"{stranded} left in the orphan rows: their parent arrived after "
+                         "its lane had grown too large to redraw")
         if orphans:
             notes.append(f"{orphans} as orphans: parent never received")
         if notes:

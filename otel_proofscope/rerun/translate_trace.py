@@ -42,11 +42,15 @@ Jaeger; its log rows and duration points are not held back, they are emitted on 
 parent exported elsewhere), or is still waiting at shutdown, is drawn without its
 parent: as an *orphan*, grey, labelled so, in the orphan rows below its lane's tree,
 or, when the parent is in another process, one row under where that parent would be.
-When the pending buffer is full, the oldest waiting span is drawn so at once and counted
-(:attr:`TraceIssues.pending_overflow`). A parent that arrives after all is not too late:
-the lane is drawn again with those spans under it (:attr:`TraceIssues.late`), and the
-summary says "drawn late", not "parent never received". Whatever the order, the final
-picture is the one the spans would give sent parents first (tested with hypothesis).
+When the pending buffer is full, the oldest waiting span is drawn so at once
+(:attr:`TraceIssues.pending_overflow`: drawn early, not lost, so not a drop). A parent
+that arrives after all is not too late: the lane is drawn again with those spans under it
+(:attr:`TraceIssues.late`), and the summary says "drawn late", not "parent never
+received". Whatever the order, the final picture is the one the spans would give sent
+parents first (tested with hypothesis), except in a lane too large to redraw (over
+``MAX_GROUP_SPANS``): there they stay in the orphan rows and the summary says so
+(:attr:`TraceIssues.stranded`). A proof whose root ends last and that has more spans
+than the wait holds meets both.
 
 A span that the rules of :mod:`otel_proofscope.mapping` renamed carries its original
 name in ``proofscope.mapping.source_name``; its box reads ``source → contract``.
@@ -444,12 +448,15 @@ class TraceIssues:
     orphans: int = 0  # of which drawn without their parent (negative: parents came)
     #: Spans drawn before their parent arrived, moved under it when it did (this call).
     late: int = 0
+    #: Spans drawn before their parent arrived that stay where they were when it did:
+    #: their lane is too large to redraw (over ``MAX_GROUP_SPANS``).
+    stranded: int = 0
     #: translate() call the drawn spans arrived in → how many (a span drawn in a later
     #: call than its own was settled with its batch then: the sink needs to know).
     drawn_calls: dict[int, int] = field(default_factory=dict)
     pending: int = 0  # waiting for a parent after this call
     invalid: int = 0  # no trace / span id: not drawable
-    pending_overflow: int = 0  # drawn as orphans early because the buffer was full
+    pending_overflow: int = 0  # drawn early (as orphans) because the wait was full
     redrawn: int = 0  # spans drawn again (a late parent, an earlier start, a link)
     #: Links that could not be drawn (display only: every span is still drawn): links
     #: forgotten when the table was full, traces kept in their own lane as too big.
@@ -738,7 +745,11 @@ class TraceTranslator:
             elif anchor == ORPHAN:
                 p.tree, p.orphan = False, True
             if p.orphan:
-                g.orphans.setdefault((r.trace_id, r.parent_id), []).append(p)
+                missing = (r.trace_id, r.parent_id)
+                if g.frozen:  # kept slim, never redrawn: how many is all that is needed
+                    g.stray[missing] = g.stray.get(missing, 0) + 1
+                else:
+                    g.orphans.setdefault(missing, []).append(p)
             key = (r.trace_id, r.span_id)
             if key in g:
                 self._placed -= 1  # the same span sent twice: drawn twice, kept once
@@ -747,15 +758,20 @@ class TraceTranslator:
             issues.drawn += 1
             issues.orphans += p.orphan
             issues.drawn_calls[r.call] = issues.drawn_calls.get(r.call, 0) + 1
-            # Drawn before it came: its orphans move under it (drawn again, counted late).
+            # Drawn before it came: its orphans move under it when the lane is redrawn
+            # (counted late or stranded then, by _emit).
             late = g.orphans.pop(key, None)
             if late:
                 for o in late:
                     if o.orphan:
                         o.orphan = False
                         issues.orphans -= 1
-                        issues.late += 1
+                        g.adopted.append(o)
                 g.dirty = True
+            stray = g.stray.pop(key, 0)
+            if stray:  # in the orphan rows of a frozen lane, where they stay
+                issues.orphans -= stray
+                issues.stranded += stray
             if r.parent_id == 0 or key in self._hanging:
                 self._link(p, g, issues)
             waiting = self._pending.get(r.trace_id, {}).pop(r.span_id, None)
@@ -810,6 +826,7 @@ class TraceTranslator:
         into.spans.update(other.spans)
         for k, orphans in other.orphans.items():
             into.orphans.setdefault(k, []).extend(orphans)
+        into.adopted += other.adopted
         into.traces |= other.traces
         for tid in other.traces:
             self._traces[tid].group = into
@@ -1026,6 +1043,8 @@ class TraceTranslator:
         for g in list(self._groups.values()):
             if not g.new and not g.dirty:
                 continue
+            if g.adopted:
+                self._settle_adopted(g, issues)
             if g.frozen and g.emitted:
                 g.fits(g.new)
                 if self._lanes.last is g:  # a frozen lane grows in place, never moves
@@ -1049,6 +1068,20 @@ class TraceTranslator:
         for path, b in boxes.items():
             self._send(path, b, frame)
         self._evict()  # after drawing: a lane is never forgotten before it is drawn
+
+    @staticmethod
+    def _settle_adopted(g: Group, issues: TraceIssues) -> None:
+        """Orphans whose parent came: *late* if the redraw about to happen moves them
+        under it; *stranded* if they stay in the orphan rows (a frozen lane already
+        drawn is never redrawn, and one frozen in its first call re-lays only the spans
+        it keeps whole)."""
+        redrawn = not (g.frozen and g.emitted)
+        for o in g.adopted:
+            if redrawn and g.spans.get(o.key) is o:
+                issues.late += 1
+            else:
+                issues.stranded += 1
+        g.adopted = []
 
     def _redraw(self, g: Group, issues: TraceIssues, boxes: dict[str, _Boxes],
                 frame: Frame) -> None:

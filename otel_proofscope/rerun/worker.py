@@ -210,7 +210,7 @@ class Worker:
             *self.ledger.snapshot().items(), *self.ledger.not_drawn().items())]
         stats = self.sink.stats
         line = {"settled": self.received.as_dict(), "drops": drops, "flush": flush, "ok": ok,
-                "final": final, "drawn": [stats.spans_drawn, stats.orphans, stats.late]}
+                "final": final, "drawn": stats.drawn_counts()}
         try:
             self._report.write(json.dumps(line).encode() + b"\n")
             self._report.flush()
