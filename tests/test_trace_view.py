@@ -246,8 +246,11 @@ def test_a_full_wait_draws_early_and_the_summary_says_where_they_ended(
     assert len(drawn) == 7
     # redrawn: every layer under the proof, none labelled an orphan; frozen: the four
     # drawn early keep the boxes they were drawn with (the summary says so)
-    orphans = [b.name for b in drawn if "(orphan" in b.label]
+    orphans = [b.label for b in drawn if "(orphan" in b.label]
     assert len(orphans) == (0 if lane_cap > 4 else 4), orphans
+    # ... labelled for what was known when they were drawn, which is still true
+    assert all(f"parent {1:016x} not received yet, the wait was full" in lab
+               for lab in orphans), orphans
     if lane_cap > 4:
         y = {b.name: b.y for b in drawn}
         assert {y[f"layer{i}"] - y["prove"] for i in range(6)} == {1}

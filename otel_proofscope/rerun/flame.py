@@ -61,6 +61,8 @@ MAX_GROUP_SPANS = 1 << 16
 
 #: How a span is anchored when it has no parent in its group.
 ROOT, REMOTE, ORPHAN = 0, 1, 2
+#: An orphan drawn before its wait was over, because the wait was full.
+EARLY = 3
 
 
 @dataclass(slots=True, eq=False)
@@ -79,6 +81,7 @@ class Placed:
     call: int  # the translate() call it arrived in
     link: tuple[int, int] | None = None  # (trace, span) it hangs under (a linked root)
     orphan: bool = False  # counted as drawn without its parent (until the parent comes)
+    early: bool = False  # drawn as an orphan because the wait was full, not its time
     tree: bool = True  # in the tree rows (False: the orphan rows below them)
     row: int = 0  # depth in the tree rows, or level in the orphan rows
 

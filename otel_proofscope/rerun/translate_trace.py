@@ -74,6 +74,7 @@ from otel_proofscope.otlp.sdk_fields import span_attributes, span_events_unread
 from otel_proofscope.rerun.columns import PROOF_TIME, Frame
 from otel_proofscope.rerun.flame import (
     BOX_HALF_HEIGHT,
+    EARLY,
     MAX_GROUP_SPANS,
     MIN_LABEL_PX,
     ORPHAN,
@@ -742,8 +743,8 @@ class TraceTranslator:
                 p.tree, p.row = par.tree, par.row + 1
             elif anchor == REMOTE:
                 p.row, p.orphan = 1, True
-            elif anchor == ORPHAN:
-                p.tree, p.orphan = False, True
+            elif anchor in (ORPHAN, EARLY):
+                p.tree, p.orphan, p.early = False, True, anchor == EARLY
             if p.orphan:
                 missing = (r.trace_id, r.parent_id)
                 if g.frozen:  # kept slim, never redrawn: how many is all that is needed
@@ -857,13 +858,13 @@ class TraceTranslator:
         while self.pending >= self.max_pending:
             issues.pending_overflow += 1
             heads = [h for q, _ in self._queues() if (h := q.head()) is not None]
-            self._orphan(min(heads, key=lambda h: h.seq), issues)
+            self._orphan(min(heads, key=lambda h: h.seq), issues, early=True)
         self._seq += 1
         p = _Pending(_waiting(rec), now, self._seq)
         (self._remote if rec.parent_remote else self._queue).push(p)
         self._pending.setdefault(rec.trace_id, {}).setdefault(rec.parent_id, []).append(p)
 
-    def _orphan(self, p: _Pending, issues: TraceIssues) -> None:
+    def _orphan(self, p: _Pending, issues: TraceIssues, *, early: bool = False) -> None:
         rec = p.rec
         self._unqueue(p)
         by_parent = self._pending.get(rec.trace_id, {})
@@ -885,7 +886,7 @@ class TraceTranslator:
             self._place(rec, None, REMOTE, issues)
         else:
             # Its depth is unknown: the orphan rows, apart from the placed tree.
-            self._place(rec, None, ORPHAN, issues)
+            self._place(rec, None, EARLY if early else ORPHAN, issues)
 
     # ── rows ─────────────────────────────────────────────────────────────────────────
 
@@ -924,6 +925,9 @@ class TraceTranslator:
             colour = service_colour(p.service)
         if p.orphan and p.remote:
             full += f" (parent {p.parent_id:016x} in another process, not received)"
+        elif p.orphan and p.early:  # its parent may still come: a frozen lane keeps this
+            full += f" (orphan: parent {p.parent_id:016x} not received yet, the wait was full)"
+            shown.insert(0, f"{shown[-1]} (orphan)")
         elif p.orphan:
             full += f" (orphan: parent {p.parent_id:016x} not received)"
             shown.insert(0, f"{shown[-1]} (orphan)")
