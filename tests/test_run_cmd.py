@@ -170,6 +170,29 @@ def test_signals_are_forwarded_to_the_prover(tmp_path: Path, sig: signal.Signals
     assert int(attrs(root_of(tmp_path))["process.exit.code"]) == 42
 
 
+def test_a_signal_while_the_prover_starts_is_held_then_forwarded(tmp_path: Path) -> None:
+    """Beside two CPU hogs the prover was up and signalled before `proofscope run` was
+    back from starting it: the signal took its default action, proofscope died without
+    a summary and the prover slept on. The handlers are now set before the start, and a
+    signal that comes first is forwarded once the prover exists."""
+    marker, ready = tmp_path / "marker", tmp_path / "ready"
+    result = run_mod.RunResult(exit_code=0, returncode=None)
+    with run_mod._SignalForwarder(run_mod.RunConfig(argv=["x"]), result) as forwarder:
+        os.kill(os.getpid(), signal.SIGTERM)  # before the prover exists: held, not fatal
+        time.sleep(0.05)  # (the handler runs between bytecodes; make sure it has)
+        child = subprocess.Popen([sys.executable, "-c", SIGNAL_CHILD, str(marker), str(ready),
+                                  "handle"])
+        deadline = time.monotonic() + 60
+        while not ready.exists() and time.monotonic() < deadline and child.poll() is None:
+            time.sleep(0.02)
+        assert ready.exists()
+        forwarder.attach(child)
+        assert child.wait(timeout=60) == 42
+    assert marker.read_text() == str(int(signal.SIGTERM))
+    assert result.signals_forwarded == [signal.SIGTERM]
+    assert signal.getsignal(signal.SIGTERM) is not forwarder._on_signal  # restored
+
+
 def test_prover_killed_by_a_signal_exits_128_plus_n(tmp_path: Path) -> None:
     child = tmp_path / "child.py"
     child.write_text(SIGNAL_CHILD)

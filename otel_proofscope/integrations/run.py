@@ -282,25 +282,28 @@ def _run_under(root: ProofHandle, cfg: RunConfig, base_env: Mapping[str, str],
         console=cfg.console)
     stream.start()
     try:
-        try:
-            child = subprocess.Popen(argv, env=child_env,
-                                     **(mapped.popen_kwargs() if mapped else {}))
-        except OSError as exc:
-            # 127 / 126: the shell's codes for "not found" / "not executable".
-            code = 127 if isinstance(exc, FileNotFoundError) else 126
-            span.record_exception(exc)
-            span.set_status(Status(StatusCode.ERROR, f"cannot start {argv[0]}: {exc.strerror}"))
-            span.set_attribute(proc_attr.PROCESS_EXIT_CODE, code)
-            result.exit_code = code
-            result.start_error = f"cannot start {argv[0]}: {exc.strerror}"
-            return result
-        span.set_attribute(proc_attr.PROCESS_PID, child.pid)
-        if mapped is not None:
-            mapped.started(child)
-        if sampler is not None and getattr(sampler, "watch", None) is not None:
-            # Per-process GPU usage: the child and its descendants are the prover.
-            sampler.watch.add_root(child.pid)
-        returncode = _wait_forwarding_signals(child, cfg, result)
+        with _SignalForwarder(cfg, result) as forwarder:
+            try:
+                child = subprocess.Popen(argv, env=child_env,
+                                         **(mapped.popen_kwargs() if mapped else {}))
+            except OSError as exc:
+                # 127 / 126: the shell's codes for "not found" / "not executable".
+                code = 127 if isinstance(exc, FileNotFoundError) else 126
+                span.record_exception(exc)
+                span.set_status(Status(StatusCode.ERROR,
+                                       f"cannot start {argv[0]}: {exc.strerror}"))
+                span.set_attribute(proc_attr.PROCESS_EXIT_CODE, code)
+                result.exit_code = code
+                result.start_error = f"cannot start {argv[0]}: {exc.strerror}"
+                return result
+            span.set_attribute(proc_attr.PROCESS_PID, child.pid)
+            forwarder.attach(child)
+            if mapped is not None:
+                mapped.started(child)
+            if sampler is not None and getattr(sampler, "watch", None) is not None:
+                # Per-process GPU usage: the child and its descendants are the prover.
+                sampler.watch.add_root(child.pid)
+            returncode = child.wait()
         result.returncode = returncode
         result.exit_code = exit_code_of(returncode)
         span.set_attribute(proc_attr.PROCESS_EXIT_CODE, result.exit_code)
@@ -319,34 +322,64 @@ def _run_under(root: ProofHandle, cfg: RunConfig, base_env: Mapping[str, str],
         result.notes = notes
 
 
-def _wait_forwarding_signals(child: subprocess.Popen[bytes], cfg: RunConfig,
-                             result: RunResult) -> int:
-    if threading.current_thread() is not threading.main_thread():
-        return child.wait()
-    kill_timer: list[threading.Timer] = []
+class _SignalForwarder:
+    """Forwards SIGINT, SIGTERM and SIGHUP to the prover, and after the first one starts
+    the ``--kill-after`` timer.
 
-    def kill_if_running() -> None:
-        if child.poll() is None:
-            result.killed = True
-            child.kill()
+    Installed before the prover is started: a signal that came while it was starting (on
+    a loaded machine the prover can be up and signalled before we are back from
+    ``Popen``) would otherwise take the default action, ending proofscope without a
+    summary and leaving the prover running. Such a signal is held and forwarded once the
+    prover exists. Off the main thread (no handlers can be set there) it does nothing.
+    """
 
-    def forward(signum: int, _frame: FrameType | None) -> None:
-        if signum == signal.SIGINT and _sigint_reaches_child_anyway():
-            pass  # the terminal delivered it to the child already
-        elif child.poll() is None:
-            child.send_signal(signum)
-            result.signals_forwarded.append(signum)
-        if not kill_timer and cfg.kill_after_s > 0:
-            timer = threading.Timer(cfg.kill_after_s, kill_if_running)
-            timer.daemon = True
-            timer.start()
-            kill_timer.append(timer)
+    def __init__(self, cfg: RunConfig, result: RunResult) -> None:
+        self._cfg, self._result = cfg, result
+        self._child: subprocess.Popen[bytes] | None = None
+        self._early: list[int] = []
+        self._timer: threading.Timer | None = None
+        self._previous: dict[signal.Signals, Any] = {}
 
-    previous = {s: signal.signal(s, forward) for s in FORWARDED_SIGNALS}
-    try:
-        return child.wait()
-    finally:
-        for s, handler in previous.items():
+    def __enter__(self) -> _SignalForwarder:
+        if threading.current_thread() is threading.main_thread():
+            self._previous = {s: signal.signal(s, self._on_signal) for s in FORWARDED_SIGNALS}
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        for s, handler in self._previous.items():
             signal.signal(s, handler)
-        for t in kill_timer:
-            t.cancel()
+        if self._timer is not None:
+            self._timer.cancel()
+
+    def attach(self, child: subprocess.Popen[bytes]) -> None:
+        self._child = child
+        early, self._early = self._early, []
+        for signum in early:  # it did not exist when they came: no terminal reached it
+            self._forward(signum)
+
+    def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
+        if self._child is None:
+            self._early.append(signum)
+        elif not (signum == signal.SIGINT and _sigint_reaches_child_anyway()):
+            self._forward(signum)  # else the terminal delivered it to the child already
+        else:
+            self._start_kill_timer()
+
+    def _forward(self, signum: int) -> None:
+        child = self._child
+        if child is not None and child.poll() is None:
+            child.send_signal(signum)
+            self._result.signals_forwarded.append(signum)
+        self._start_kill_timer()
+
+    def _start_kill_timer(self) -> None:
+        if self._timer is None and self._cfg.kill_after_s > 0:
+            self._timer = threading.Timer(self._cfg.kill_after_s, self._kill_if_running)
+            self._timer.daemon = True
+            self._timer.start()
+
+    def _kill_if_running(self) -> None:
+        child = self._child
+        if child is not None and child.poll() is None:
+            self._result.killed = True
+            child.kill()
