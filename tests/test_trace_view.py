@@ -213,13 +213,15 @@ def test_a_bounded_wait_then_an_orphan_and_a_bounded_buffer() -> None:
     assert tr.drain(Frame()).drawn == 0
 
 
-@pytest.mark.parametrize("lane_cap", [1 << 16, 4, 2], ids=["redrawn", "frozen", "slim"])
+@pytest.mark.parametrize("lane_cap", [1 << 16, 5, 2], ids=["redrawn", "frozen", "slim"])
+@pytest.mark.parametrize("under", ["root", "phase"])
 def test_a_full_wait_draws_early_and_the_summary_says_where_they_ended(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, lane_cap: int) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, lane_cap: int, under: str) -> None:
     """A proof whose root ends last overflows the wait once it has more spans than the
-    wait holds: those spans are drawn early, not lost (no drop is recorded), and the
-    summary says whether the root's arrival moved them under it (*drawn late*) or, in a
-    lane too large to redraw, left them in the orphan rows."""
+    wait holds: those spans are drawn early, one row under the lane's top, not lost (no
+    drop is recorded). When their parent comes they are under it: in place if it is the
+    root, moved by a redraw otherwise; a lane too large to redraw leaves them where they
+    were drawn, and the summary says how many."""
     from otel_proofscope.rerun import flame
 
     monkeypatch.setattr(flame, "MAX_GROUP_SPANS", lane_cap)
@@ -227,33 +229,66 @@ def test_a_full_wait_draws_early_and_the_summary_says_where_they_ended(
     dropped, shared = DROPS.total(), dict(DROPS.not_drawn())
     path = tmp_path / "wait.rrd"
     exporter = RerunSpanExporter(f"file:{path}")
-    exporter.export([_span("prove", 1, None, T0, T0 + 100)][:0])  # opens the sink
+    exporter.export([])  # opens the sink
     assert exporter.sink is not None
     exporter.sink.trace.max_pending = 2
-    exporter.export([_span(f"layer{i}", 10 + i, 1, T0 + i, T0 + i + 1) for i in range(6)])
+    parent = 1 if under == "root" else 2
+    exporter.export([_span(f"layer{i}", 10 + i, parent, T0 + i, T0 + i + 1) for i in range(6)])
     assert exporter.force_flush(30_000)
-    exporter.export([_span("prove", 1, None, T0, T0 + 100)])
+    last = [_span("prove", 1, None, T0, T0 + 100)]
+    if under == "phase":
+        last.insert(0, _span("phase", 2, 1, T0, T0 + 50))
+    exporter.export(last)
     assert exporter.force_flush(30_000)
     exporter.shutdown()
     assert DROPS.total() == dropped and dict(DROPS.not_drawn()) == shared
-    moved = "4 drawn late: their parent arrived after them"
-    left = ("4 left in the orphan rows: their parent arrived after its lane had grown too "
-            "large to redraw")
-    assert TALLY.summary_line(DROPS) == \
-        f"rerun: drawn 7 spans ({moved if lane_cap > 4 else left}); not drawn 0"
+    spans = 7 + (under == "phase")
+    stays = under == "phase" and lane_cap < 1 << 16
+    note = ("4 left where they were drawn before their parent arrived: its lane had grown "
+            "too large to redraw" if stays else "4 drawn late: their parent arrived after them")
+    assert TALLY.summary_line(DROPS) == f"rerun: drawn {spans} spans ({note}); not drawn 0"
     rec = readback.read(path)
     drawn = trace_boxes(rec, "prover", f"{TRACE:032x}"[:8])
-    assert len(drawn) == 7
-    # redrawn: every layer under the proof, none labelled an orphan; frozen: the four
-    # drawn early keep the boxes they were drawn with (the summary says so)
-    orphans = [b.label for b in drawn if "(orphan" in b.label]
-    assert len(orphans) == (0 if lane_cap > 4 else 4), orphans
-    # ... labelled for what was known when they were drawn, which is still true
-    assert all(f"parent {1:016x} not received yet, the wait was full" in lab
-               for lab in orphans), orphans
-    if lane_cap > 4:
-        y = {b.name: b.y for b in drawn}
-        assert {y[f"layer{i}"] - y["prove"] for i in range(6)} == {1}
+    assert len(drawn) == spans
+    y = {b.name: b.y - min(d.y for d in drawn) for b in drawn}
+    depth = 1 if under == "root" else 2
+    early = [b for b in drawn if "the wait was full" in b.label]
+    if stays:  # the four drawn early kept their row and say why
+        assert sorted(y[f"layer{i}"] for i in range(6)) == [1, 1, 1, 1, 2, 2]
+        assert len(early) == 4
+        assert all(f"drawn before its parent {2:016x}: the wait was full" in b.label
+                   for b in early)
+    else:
+        assert {y[f"layer{i}"] for i in range(6)} == {depth}
+        assert not any("orphan" in b.label for b in drawn)
+
+
+@pytest.mark.parametrize("lane_cap", [1 << 16, 2], ids=["redrawn", "frozen"])
+def test_a_full_wait_draws_the_top_of_what_waits_so_the_subtree_keeps_its_shape(
+        monkeypatch: pytest.MonkeyPatch, lane_cap: int) -> None:
+    """The oldest waiting span is a round whose layer and phase wait too: drawing the
+    round alone would cut it from them. The phase (whose parent, the root, has not
+    come) is drawn early instead, its layers and rounds under it, and when the root
+    comes it is already in place, frozen lane or not."""
+    from otel_proofscope.rerun import flame
+
+    monkeypatch.setattr(flame, "MAX_GROUP_SPANS", lane_cap)
+    tr = TraceTranslator(wait_s=600.0, max_pending=7)
+    batches = [[_span(f"round{i}", 10 + i, 3 + i // 2, T0 + 10 + i, T0 + 11 + i)
+                for i in range(4)],
+               [_span("layer0", 3, 2, T0 + 10, T0 + 12), _span("layer1", 4, 2, T0 + 12, T0 + 14)],
+               [_span("phase", 2, 1, T0 + 5, T0 + 20)]]
+    for batch in batches:
+        assert tr.translate(batch, Frame(), now=1.0).drawn == 0
+    other = tr.translate([_span("x", 99, 98, T0, T0 + 1, trace_id=TRACE + 1)], Frame(),
+                         now=2.0)
+    assert (other.pending_overflow, other.drawn, other.orphans) == (1, 7, 1)
+    root = tr.translate([_span("prove", 1, None, T0, T0 + 30)], Frame(), now=3.0)
+    assert (root.drawn, root.orphans, root.late, root.stranded) == (1, -1, 1, 0)
+    rows = {sid: (p.tree, p.row) for sid in (1, 2, 3, 4, 10, 11, 12, 13)
+            if (p := tr._find(TRACE, sid)) is not None}
+    assert rows == {1: (True, 0), 2: (True, 1), 3: (True, 2), 4: (True, 2), 10: (True, 3),
+                    11: (True, 3), 12: (True, 3), 13: (True, 3)}
 
 
 def test_a_waiting_span_keeps_only_what_its_box_needs() -> None:

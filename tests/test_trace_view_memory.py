@@ -71,9 +71,9 @@ def test_waiting_and_placed_spans_of_one_large_trace_cost_little(
 
 
 def test_orphans_of_a_frozen_lane_keep_only_a_count(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A proof whose root ends last, larger than the wait: its spans are drawn early as
-    orphans, and past the lane's redraw cap (frozen) they are never moved, so the lane
-    keeps how many wait for that parent, not each span (~250 bytes as ``Placed``; the
+    """A proof whose root ends last, larger than the wait: its spans are drawn early, and
+    past the lane's redraw cap (frozen) they are never moved, so the lane keeps how many
+    wait for that parent, not each span (~250 bytes as ``Placed``; the
     200,000-span proof of decision 6 held ~100,000 of them until its root came)."""
     from otel_proofscope.rerun import flame
 
@@ -96,9 +96,10 @@ def test_orphans_of_a_frozen_lane_keep_only_a_count(monkeypatch: pytest.MonkeyPa
     finally:
         tracemalloc.stop()
     issues = tr.translate([_wire_span(1, None, T0, T0 + 10 * n)], Frame(), now=2.0)
-    # every orphan's parent came: none is an orphan now; those frozen stay where drawn
+    # every orphan's parent came: none is an orphan now; drawn early one row under the
+    # top, they were where a child of the root goes, frozen or not
     assert issues.orphans == -(n - 100)
-    assert issues.stranded + issues.late == n - 100 and issues.stranded >= n - 1_000
+    assert (issues.late, issues.stranded) == (n - 100, 0)
     assert per_span < 80, per_span  # the row code, the id filter and the count
 
 

@@ -61,7 +61,8 @@ MAX_GROUP_SPANS = 1 << 16
 
 #: How a span is anchored when it has no parent in its group.
 ROOT, REMOTE, ORPHAN = 0, 1, 2
-#: An orphan drawn before its wait was over, because the wait was full.
+#: Drawn before its parent came because the wait was full: one row under the top,
+#: where a child of the lane's root goes.
 EARLY = 3
 
 
@@ -81,7 +82,7 @@ class Placed:
     call: int  # the translate() call it arrived in
     link: tuple[int, int] | None = None  # (trace, span) it hangs under (a linked root)
     orphan: bool = False  # counted as drawn without its parent (until the parent comes)
-    early: bool = False  # drawn as an orphan because the wait was full, not its time
+    early: bool = False  # drawn before its parent because the wait was full (row 1)
     tree: bool = True  # in the tree rows (False: the orphan rows below them)
     row: int = 0  # depth in the tree rows, or level in the orphan rows
 
@@ -99,12 +100,14 @@ class Group:
     spans: dict[tuple[int, int], Placed] = field(default_factory=dict)
     #: (trace, parent span) → spans drawn without that parent (re-parented when it comes)
     orphans: dict[tuple[int, int], list[Placed]] = field(default_factory=dict)
-    #: Orphans whose parent came this call: moved under it if the lane is redrawn.
-    adopted: list[Placed] = field(default_factory=list)
+    #: Orphans whose parent came this call, each with whether it is already where it
+    #: belongs (drawn early one row under a root); the others move if the lane is redrawn.
+    adopted: list[tuple[Placed, bool]] = field(default_factory=list)
     #: (trace, parent span) → orphans placed once frozen: never redrawn, so only how
-    #: many (a large proof whose root ends last has ~100,000 of them, ~250 bytes each
-    #: as ``Placed``).
+    #: many (a large proof whose root ends last has ~100,000, ~250 bytes each as
+    #: ``Placed``): in the orphan rows, and drawn early one row under the top.
     stray: dict[tuple[int, int], int] = field(default_factory=dict)
+    stray_early: dict[tuple[int, int], int] = field(default_factory=dict)
     new: list[Placed] = field(default_factory=list)  # placed this call, not drawn yet
     dirty: bool = False  # a redraw is due (a late parent, a link, a merge)
     frozen: bool = False  # over MAX_GROUP_SPANS: no more redraws
@@ -262,8 +265,8 @@ class Group:
 def _anchor(p: Placed) -> tuple[bool, int]:
     if p.parent_id == 0:
         return (True, 0)  # a root (or a linked root whose link is not drawn)
-    if p.remote:
-        return (True, 1)  # under where its parent in another process would be
+    if p.remote or p.early:
+        return (True, 1)  # under where its parent (another process, not yet come) would be
     return (False, 0)
 
 

@@ -7,7 +7,7 @@ together, so a run that drew nothing can never read as "nothing dropped"::
 
     rerun: drawn 14 spans (2 as orphans: parent never received); not drawn 0
     rerun: drawn 18 spans (9 drawn late: their parent arrived after them); not drawn 0
-    rerun: drawn 200001 spans (133000 left in the orphan rows: their parent arrived after
+    rerun: drawn 8 spans (4 left where they were drawn before their parent arrived:
       its lane had grown too large to redraw); not drawn 0
     rerun: drawn 0 spans; not drawn 14 (sink_unavailable 14)
 
@@ -28,7 +28,7 @@ class DrawTally:
     never received), of those drawn before their parent arrived and then moved under
     it (*late*: an orphan whose parent came turns into a late span), and of those whose
     parent came too late to move them (*stranded*: their lane was over
-    ``flame.MAX_GROUP_SPANS`` and is never redrawn, so they stay in its orphan rows)."""
+    ``flame.MAX_GROUP_SPANS`` and is never redrawn, so they stay where they were drawn)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -62,8 +62,8 @@ class DrawTally:
         if late:
             notes.append(f"{late} drawn late: their parent arrived after them")
         if stranded:
-            notes.append(f"{stranded} left in the orphan rows: their parent arrived after "
-                         "its lane had grown too large to redraw")
+            notes.append(f"{stranded} left where they were drawn before their parent "
+                         "arrived: its lane had grown too large to redraw")
         if orphans:
             notes.append(f"{orphans} as orphans: parent never received")
         if notes:

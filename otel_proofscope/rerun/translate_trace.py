@@ -42,15 +42,17 @@ Jaeger; its log rows and duration points are not held back, they are emitted on 
 parent exported elsewhere), or is still waiting at shutdown, is drawn without its
 parent: as an *orphan*, grey, labelled so, in the orphan rows below its lane's tree,
 or, when the parent is in another process, one row under where that parent would be.
-When the pending buffer is full, the oldest waiting span is drawn so at once
-(:attr:`TraceIssues.pending_overflow`: drawn early, not lost, so not a drop). A parent
-that arrives after all is not too late: the lane is drawn again with those spans under it
+When the pending buffer is full, what waits under the oldest waiting span is drawn at
+once (:attr:`TraceIssues.pending_overflow`: drawn early, not lost, so not a drop): its
+topmost waiting ancestor, whose own parent has not come, one row under the lane's top
+(where a child of the root goes: a proof's root ends last), with the subtree that waited
+under it. A parent that arrives after all is not too late: the spans drawn before it are
+under it already (a root's children) or the lane is drawn again with them under it
 (:attr:`TraceIssues.late`), and the summary says "drawn late", not "parent never
 received". Whatever the order, the final picture is the one the spans would give sent
 parents first (tested with hypothesis), except in a lane too large to redraw (over
-``MAX_GROUP_SPANS``): there they stay in the orphan rows and the summary says so
-(:attr:`TraceIssues.stranded`). A proof whose root ends last and that has more spans
-than the wait holds meets both.
+``MAX_GROUP_SPANS``) whose late parent is not the root: there the spans stay where they
+were drawn and the summary says so (:attr:`TraceIssues.stranded`).
 
 A span that the rules of :mod:`otel_proofscope.mapping` renamed carries its original
 name in ``proofscope.mapping.source_name``; its box reads ``source → contract``.
@@ -100,8 +102,11 @@ DEFAULT_WAIT_S = 600.0
 #: A span whose parent is in another process waits at most this long: that parent
 #: often goes elsewhere (``proofscope run``'s own span, a caller's backend).
 REMOTE_WAIT_S = 10.0
-#: Spans waiting for a parent, all traces together (the oldest is drawn early beyond).
+#: Spans waiting for a parent, all traces together (beyond, the topmost waiting
+#: ancestor of the oldest is drawn early, one row under its lane's top).
 MAX_PENDING = 32768
+#: Parents followed up from a waiting span to the top of what waits with it.
+MAX_TOP_WALK = 256
 #: Placed span ids remembered (for the depth of later children), all traces together.
 MAX_PLACED = 1 << 18
 #: Distinct duration series (service, span name); further ones share
@@ -568,6 +573,9 @@ class TraceTranslator:
         # parent in another process (``parent_remote``), which waits less.
         self._queue = _Queue()
         self._remote = _Queue()
+        # span id → its entry while it waits: a full wait draws the topmost waiting
+        # ancestor of its oldest span, so that subtree keeps its shape.
+        self._waiting_ids: dict[int, _Pending] = {}
         self.remote_wait_s = min(self.wait_s, remote_wait_s)
         # Links between traces: a root (trace, span) → the span it hangs under, and back.
         self._under: dict[tuple[int, int], tuple[int, int]] = {}
@@ -592,6 +600,19 @@ class TraceTranslator:
 
     def _unqueue(self, p: _Pending) -> None:
         (self._remote if p.rec.parent_remote else self._queue).remove(p)
+        if self._waiting_ids.get(p.rec.span_id) is p:
+            del self._waiting_ids[p.rec.span_id]
+
+    def _waiting_top(self, p: _Pending) -> _Pending:
+        """The topmost span of ``p``'s trace that waits with ``p`` under it: its parent is
+        missing (not merely waiting too), so drawing it early draws ``p`` where it
+        belongs under it. Bounded: a hostile cycle of parents stops the walk."""
+        for _ in range(MAX_TOP_WALK):
+            up = self._waiting_ids.get(p.rec.parent_id)
+            if up is None or up.rec.trace_id != p.rec.trace_id:
+                break
+            p = up
+        return p
 
     def translate(self, spans: Sequence[Any], frame: Frame, *, now: float) -> TraceIssues:
         issues = TraceIssues(received=len(spans))
@@ -743,12 +764,15 @@ class TraceTranslator:
                 p.tree, p.row = par.tree, par.row + 1
             elif anchor == REMOTE:
                 p.row, p.orphan = 1, True
-            elif anchor in (ORPHAN, EARLY):
-                p.tree, p.orphan, p.early = False, True, anchor == EARLY
+            elif anchor == ORPHAN:
+                p.tree, p.orphan = False, True
+            elif anchor == EARLY:  # where a child of the lane's root goes: most likely
+                p.row, p.orphan, p.early = 1, True, True
             if p.orphan:
                 missing = (r.trace_id, r.parent_id)
                 if g.frozen:  # kept slim, never redrawn: how many is all that is needed
-                    g.stray[missing] = g.stray.get(missing, 0) + 1
+                    strays = g.stray_early if p.early else g.stray
+                    strays[missing] = strays.get(missing, 0) + 1
                 else:
                     g.orphans.setdefault(missing, []).append(p)
             key = (r.trace_id, r.span_id)
@@ -762,17 +786,20 @@ class TraceTranslator:
             # Drawn before it came: its orphans move under it when the lane is redrawn
             # (counted late or stranded then, by _emit).
             late = g.orphans.pop(key, None)
+            # Drawn early one row under the top, under a root: already where they belong.
+            in_place = p.tree and p.row == 0
             if late:
                 for o in late:
                     if o.orphan:
-                        o.orphan = False
+                        g.adopted.append((o, in_place and o.early))
+                        o.orphan = o.early = False
                         issues.orphans -= 1
-                        g.adopted.append(o)
                 g.dirty = True
-            stray = g.stray.pop(key, 0)
-            if stray:  # in the orphan rows of a frozen lane, where they stay
-                issues.orphans -= stray
-                issues.stranded += stray
+            stray, early = g.stray.pop(key, 0), g.stray_early.pop(key, 0)
+            if stray or early:  # a frozen lane's, drawn where they stay
+                issues.orphans -= stray + early
+                issues.late += early if in_place else 0
+                issues.stranded += stray + (0 if in_place else early)
             if r.parent_id == 0 or key in self._hanging:
                 self._link(p, g, issues)
             waiting = self._pending.get(r.trace_id, {}).pop(r.span_id, None)
@@ -858,10 +885,12 @@ class TraceTranslator:
         while self.pending >= self.max_pending:
             issues.pending_overflow += 1
             heads = [h for q, _ in self._queues() if (h := q.head()) is not None]
-            self._orphan(min(heads, key=lambda h: h.seq), issues, early=True)
+            oldest = min(heads, key=lambda h: h.seq)
+            self._orphan(self._waiting_top(oldest), issues, early=True)
         self._seq += 1
         p = _Pending(_waiting(rec), now, self._seq)
         (self._remote if rec.parent_remote else self._queue).push(p)
+        self._waiting_ids[rec.span_id] = p
         self._pending.setdefault(rec.trace_id, {}).setdefault(rec.parent_id, []).append(p)
 
     def _orphan(self, p: _Pending, issues: TraceIssues, *, early: bool = False) -> None:
@@ -919,15 +948,14 @@ class TraceTranslator:
             full += " ERROR"
             shown = [*(f"{s} ERROR" for s in shown), shown[-1]]  # red says it too
             colour = ERROR_RGBA
-        elif p.orphan and not p.remote:
+        elif p.orphan and not p.remote and not p.early:
             colour = ORPHAN_RGBA
         else:
             colour = service_colour(p.service)
         if p.orphan and p.remote:
             full += f" (parent {p.parent_id:016x} in another process, not received)"
-        elif p.orphan and p.early:  # its parent may still come: a frozen lane keeps this
-            full += f" (orphan: parent {p.parent_id:016x} not received yet, the wait was full)"
-            shown.insert(0, f"{shown[-1]} (orphan)")
+        elif p.early:  # true whatever comes later (a frozen lane keeps this box)
+            full += f" (drawn before its parent {p.parent_id:016x}: the wait was full)"
         elif p.orphan:
             full += f" (orphan: parent {p.parent_id:016x} not received)"
             shown.insert(0, f"{shown[-1]} (orphan)")
@@ -1080,8 +1108,8 @@ class TraceTranslator:
         drawn is never redrawn, and one frozen in its first call re-lays only the spans
         it keeps whole)."""
         redrawn = not (g.frozen and g.emitted)
-        for o in g.adopted:
-            if redrawn and g.spans.get(o.key) is o:
+        for o, in_place in g.adopted:
+            if in_place or (redrawn and g.spans.get(o.key) is o):
                 issues.late += 1
             else:
                 issues.stranded += 1
