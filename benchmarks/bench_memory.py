@@ -76,7 +76,8 @@ CHILD = textwrap.dedent("""
                 for r in range(events):
                     tracer.sumcheck_round(r, poly, (1, 2, 3, 4), 2)
         peak, child_peak = proc.memory_info().rss, children()
-    t.shutdown(log_drops=False)
+    report = t.shutdown(log_drops=False)
+    print(report.trace_line, file=sys.stderr, flush=True)  # where the view drew them
     from otel_proofscope.ledger import DROPS
     print(peak - base, DROPS.total(signal="spans", sink="otlp"),
           DROPS.total(signal="spans", sink="rerun"), child_peak - child_base, flush=True)
@@ -93,7 +94,7 @@ HERE = str(Path(__file__).resolve().parent.parent)
 
 
 def one(route: str, spans: int, events: int, tmp: Path,
-        root: str = HERE) -> tuple[float, int, int, float]:
+        root: str = HERE) -> tuple[float, int, int, float, str]:
     target = "off" if route == "otlp" else f"file:{tmp / f'{route}.rrd'}"
     env = dict(os.environ, PROOFSCOPE_EXPORT_PROCESS="0" if route == "split" else "",
                PYTHONPATH=root)
@@ -102,7 +103,8 @@ def one(route: str, spans: int, events: int, tmp: Path,
                          timeout=1200, check=True, env=env, cwd=tmp)
     growth, otlp_lost, rerun_lost, child = (int(x) for x in out.stdout.split())
     assert otlp_lost == spans + 2, out.stdout  # nothing delivered, nothing unaccounted
-    return growth / 2**20, otlp_lost, rerun_lost, child / 2**20
+    drawn = next((line for line in out.stderr.splitlines() if line.startswith("rerun: ")), "")
+    return growth / 2**20, otlp_lost, rerun_lost, child / 2**20, drawn
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -123,13 +125,14 @@ def main(argv: list[str] | None = None) -> int:
         for i in range(args.repeat):
             for route in routes if i % 2 == 0 else routes[::-1]:  # interleaved
                 tag = "old:" if route.startswith("old:") else ""
-                mib, _, lost, child = one(route.removeprefix(tag), args.spans, args.events,
-                                          Path(d), roots[tag])
+                mib, _, lost, child, drawn = one(route.removeprefix(tag), args.spans,
+                                                 args.events, Path(d), roots[tag])
                 growth[route].append(mib)
                 both[route].append(mib + child)
                 rerun_lost[route].append(lost)
                 print(f"run {i + 1} {route}: +{mib:.1f} MiB, with the export process "
-                      f"+{mib + child:.1f} MiB, Rerun lost {lost}", file=sys.stderr, flush=True)
+                      f"+{mib + child:.1f} MiB, Rerun lost {lost}; {drawn}", file=sys.stderr,
+                      flush=True)
     print(f"{args.spans:,} spans of {args.events} round events against a dead collector; "
           f"median (range) of {args.repeat} runs\n")
     print("| route | prover RSS growth, MiB | prover + export process, MiB | target (both) "
