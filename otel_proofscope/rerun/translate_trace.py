@@ -914,7 +914,8 @@ class TraceTranslator:
             # wherever its parent would be, one level down from the top.
             self._place(rec, None, REMOTE, issues)
         else:
-            # Its depth is unknown: the orphan rows, apart from the placed tree.
+            # Its depth is unknown: the orphan rows, apart from the placed tree; or, drawn
+            # early while its parent may still come, one row under the top.
             self._place(rec, None, EARLY if early else ORPHAN, issues)
 
     # ── rows ─────────────────────────────────────────────────────────────────────────
@@ -1104,9 +1105,10 @@ class TraceTranslator:
     @staticmethod
     def _settle_adopted(g: Group, issues: TraceIssues) -> None:
         """Orphans whose parent came: *late* if the redraw about to happen moves them
-        under it; *stranded* if they stay in the orphan rows (a frozen lane already
-        drawn is never redrawn, and one frozen in its first call re-lays only the spans
-        it keeps whole)."""
+        under it, or if they were drawn early one row under the top and it is the root;
+        *stranded* if they stay where they were drawn (a frozen lane already drawn is
+        never redrawn, and one frozen in its first call re-lays only the spans it keeps
+        whole)."""
         redrawn = not (g.frozen and g.emitted)
         for o, in_place in g.adopted:
             if in_place or (redrawn and g.spans.get(o.key) is o):
