@@ -108,13 +108,22 @@ class SinkStats:
     orphans: int = 0  # of which drawn without their parent (never received)
     late: int = 0  # of which drawn before their parent came, then moved under it
     stranded: int = 0  # of which drawn before their parent came, left where they were
-    drawn_early: int = 0  # spans drawn before their parent because the wait was full
     coerced: int = 0
     translate_errors: list[str] = field(default_factory=list)
 
     def drawn_counts(self) -> list[int]:
         """``[drawn, orphans, late, stranded]``: what a child process reports."""
         return [self.spans_drawn, self.orphans, self.late, self.stranded]
+
+    def add_drawn(self, d: TraceIssues, sign: int = 1) -> None:
+        """Count what ``d`` drew (``sign=-1``: take back what was never confirmed), here
+        and in the process-wide tally."""
+        counts = (sign * d.drawn, sign * d.orphans, sign * d.late, sign * d.stranded)
+        self.spans_drawn += counts[0]
+        self.orphans += counts[1]
+        self.late += counts[2]
+        self.stranded += counts[3]
+        TALLY.add(*counts)
 
 
 @dataclass
@@ -411,17 +420,11 @@ class RerunSink:
     def _record_trace(self, issues: TraceIssues, sent: bool) -> None:
         r = self._ledger.record
         r("spans", LEDGER_SINK, DropReason.INVALID, issues.invalid)
-        # A full wait draws its oldest span early: drawn, not lost. Where it ends up
-        # (under its parent, in the orphan rows) is in the tally, not the ledger.
-        self.stats.drawn_early += issues.pending_overflow
+        # A full wait draws spans early (issues.pending_overflow): drawn, not lost, so
+        # not in the ledger; where they end up (late, stranded, orphans) is the tally's.
         self._record_caps(issues.capped)
-        if not sent:
-            return
-        self.stats.spans_drawn += issues.drawn
-        self.stats.orphans += issues.orphans
-        self.stats.late += issues.late
-        self.stats.stranded += issues.stranded
-        TALLY.add(issues.drawn, issues.orphans, issues.late, issues.stranded)
+        if sent:
+            self.stats.add_drawn(issues)
 
     def _unconfirm(self, issues: TraceIssues) -> None:
         u = self._unconfirmed_drawn
@@ -797,11 +800,7 @@ class RerunSink:
         # Counted as drawn when sent; delivery is unconfirmed: they are counted lost, the
         # lost batches' own spans with their items below, those carried from earlier
         # batches here; their spans still waiting must not be drawn again later.
-        self.stats.spans_drawn -= drawn.drawn
-        self.stats.orphans -= drawn.orphans
-        self.stats.late -= drawn.late
-        self.stats.stranded -= drawn.stranded
-        TALLY.add(-drawn.drawn, -drawn.orphans, -drawn.late, -drawn.stranded)
+        self.stats.add_drawn(drawn, sign=-1)
         self._lose_spans(drawn.drawn_outside(calls), 0, DropReason.SINK_UNAVAILABLE)
         self.trace.discard_calls(calls)
         for item in lost:

@@ -795,8 +795,8 @@ class TraceTranslator:
                         o.orphan = o.early = False
                         issues.orphans -= 1
                 g.dirty = True
-            stray, early = g.stray.pop(key, 0), g.stray_early.pop(key, 0)
-            if stray or early:  # a frozen lane's, drawn where they stay
+            if g.stray or g.stray_early:  # a frozen lane's, drawn where they stay
+                stray, early = g.stray.pop(key, 0), g.stray_early.pop(key, 0)
                 issues.orphans -= stray + early
                 issues.late += early if in_place else 0
                 issues.stranded += stray + (0 if in_place else early)
