@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import socket
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -80,3 +82,30 @@ def pipeline(tmp_path: Path) -> Iterator[Pipeline]:
                           rerun="off")
     yield Pipeline(telemetry, spans, reader, tmp_path)
     telemetry.shutdown()
+
+
+@pytest.fixture
+def black_hole() -> Iterator[int]:
+    """A "collector" that accepts connections and never answers."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(16)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        server.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                held.append(server.accept()[0])
+            except OSError:
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield int(server.getsockname()[1])
+    stop.set()
+    thread.join(5)
+    for conn in held:
+        conn.close()
+    server.close()

@@ -6,11 +6,8 @@ from __future__ import annotations
 import math
 import os
 import re
-import socket
 import subprocess
 import sys
-import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -92,33 +89,6 @@ def test_demo_repeat_is_one_progress_line_per_proof(tmp_path: Path) -> None:
     progress = [ln for ln in done.stderr.splitlines() if ln.startswith("proofscope demo: [")]
     assert progress == [f"proofscope demo: [{3 * k}/12] proof {k}/4: verified"
                         for k in range(1, 5)]
-
-
-@pytest.fixture
-def black_hole() -> Iterator[int]:
-    """A "collector" that accepts connections and never answers."""
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen(16)
-    held: list[socket.socket] = []
-    stop = threading.Event()
-
-    def accept() -> None:
-        server.settimeout(0.2)
-        while not stop.is_set():
-            try:
-                held.append(server.accept()[0])
-            except OSError:
-                continue
-
-    thread = threading.Thread(target=accept, daemon=True)
-    thread.start()
-    yield int(server.getsockname()[1])
-    stop.set()
-    thread.join(5)
-    for conn in held:
-        conn.close()
-    server.close()
 
 
 def test_demo_against_a_dead_collector_says_it_once(tmp_path: Path, black_hole: int) -> None:

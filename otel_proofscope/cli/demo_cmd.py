@@ -127,19 +127,8 @@ def run(args: argparse.Namespace) -> int:
         except ValueError as exc:
             print(f"proofscope demo: {exc}", file=sys.stderr)
             return 2
-    quiet_abandoned_exports()
     print("\n".join(f"proofscope demo: {line}" for line in result.summary_lines()))
     return 0 if result.verified else 1
-
-
-def quiet_abandoned_exports() -> None:
-    """After the pipeline's shutdown: an export it abandoned at its bound (a collector
-    that accepts and never answers) ends later in the OTLP exporter's thread with
-    ``ERROR … Channel closed!``, after the summary that already counted those items
-    (``… → otlp (shutdown)``). The process is about to exit; say nothing twice."""
-    import logging
-
-    logging.getLogger("opentelemetry.exporter").setLevel(logging.CRITICAL)
 
 
 @contextmanager

@@ -13,6 +13,7 @@ from opentelemetry.sdk.metrics.export import (
 )
 
 from otel_proofscope.ledger import DROPS, DropLedger
+from otel_proofscope.pipeline.cut_exports import cut_short, exporting
 from otel_proofscope.semconv import DropReason
 
 _log = logging.getLogger(__name__)
@@ -42,6 +43,7 @@ class CountingMetricExporter(MetricExporter):
         self._ledger = ledger
         self._lock = threading.Lock()
         self._in_flight = 0
+        self._exporting_threads: set[int] = set()  # the reader's and a final collect's
         self._abandoned = False
 
     def export(self, metrics_data: MetricsData, timeout_millis: float = 10_000,
@@ -53,13 +55,17 @@ class CountingMetricExporter(MetricExporter):
                 self._ledger.record("metric_points", self.sink, DropReason.SHUTDOWN, n)
                 return MetricExportResult.FAILURE
             self._in_flight = n
-        try:
-            result = self.inner.export(metrics_data, timeout_millis=timeout_millis)
-        except Exception as exc:
-            _log.warning("metric exporter %s raised: %r", self.sink, exc)
-            result = MetricExportResult.FAILURE
+        with exporting() as thread:
+            with self._lock:
+                self._exporting_threads.add(thread)
+            try:
+                result = self.inner.export(metrics_data, timeout_millis=timeout_millis)
+            except Exception as exc:
+                _log.warning("metric exporter %s raised: %r", self.sink, exc)
+                result = MetricExportResult.FAILURE
         with self._lock:
             self._in_flight = 0
+            self._exporting_threads.discard(thread)
             if self._abandoned:  # already counted by abandon()
                 return result
             if result == MetricExportResult.SUCCESS:
@@ -83,11 +89,20 @@ class CountingMetricExporter(MetricExporter):
                 self._ledger.record("metric_points", self.sink, DropReason.SHUTDOWN,
                                     self._in_flight)
             self._abandoned = True
+            # Counted here: however the abandoned export ends later (the channel closed,
+            # or its own deadline), its exporter's ERROR would say it a second time.
+            for thread in self._exporting_threads:
+                cut_short(thread)
 
     def force_flush(self, timeout_millis: float = 10_000) -> bool:
         return self.inner.force_flush(timeout_millis=timeout_millis)
 
     def shutdown(self, timeout_millis: float = 30_000, **kwargs: object) -> None:
+        # An export still in flight fails once the channel closes; it is counted here
+        # (lost at shutdown, or failed), so its exporter's ERROR line would say it twice.
+        with self._lock:
+            for thread in self._exporting_threads:
+                cut_short(thread)
         self.inner.shutdown(timeout_millis=timeout_millis)
 
 

@@ -40,6 +40,7 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from otel_proofscope.ledger import DROPS, DropLedger
 from otel_proofscope.otlp.sdk_fields import event_count, span_attributes
 from otel_proofscope.pipeline.budget import ByteBudget
+from otel_proofscope.pipeline.cut_exports import cut_short, exporting
 from otel_proofscope.pipeline.forking import after_fork_in_child
 from otel_proofscope.semconv import DropReason
 
@@ -232,11 +233,12 @@ class BoundedBatchSpanProcessor(SpanProcessor):
 
     def _export(self, batch: list[ReadableSpan]) -> None:
         self._in_flight = batch
-        try:
-            result = self.exporter.export(batch)
-        except Exception as exc:  # an exporter bug must not kill the worker
-            _log.warning("span exporter %s raised: %r", self.sink, exc)
-            result = SpanExportResult.FAILURE
+        with exporting():
+            try:
+                result = self.exporter.export(batch)
+            except Exception as exc:  # an exporter bug must not kill the worker
+                _log.warning("span exporter %s raised: %r", self.sink, exc)
+                result = SpanExportResult.FAILURE
         with self._cond:
             self._in_flight = None
             abandoned = self._abandoned
@@ -304,6 +306,8 @@ class BoundedBatchSpanProcessor(SpanProcessor):
                          "(%.1f s of the bound were left for this sink)",
                          self.sink, len(lost), timeout_millis / 1000)
         if stuck:
+            # Counted above: the exporter's own ERROR for the cut export would say it twice.
+            cut_short(worker.ident if worker is not None else None)
             # The exporter is blocked inside export(); its own shutdown may block on the
             # same lock, so it runs on a daemon thread that exit will not wait for.
             threading.Thread(target=self._shutdown_exporter, daemon=True).start()
