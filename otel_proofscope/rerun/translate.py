@@ -724,6 +724,10 @@ class SpanTranslator:
             fp = nan
             if type(claim) is int:  # a record's claim, unformatted: str(claim)'s value
                 fp = (claim % m31) / m31
+            elif type(claim) is tuple or type(claim) is list:
+                # A deferred record's int limbs (checked on the prover thread): the
+                # canonical string's head, without formatting the string.
+                fp = (claim[0] % m31) / m31
             elif type(claim) is str:
                 head = claim[1:claim.find(",")] if claim[:1] == "(" and "," in claim else claim
                 try:
