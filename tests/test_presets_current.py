@@ -7,6 +7,7 @@ real OTLP/gRPC); and ``scripts/preset-names`` on a small source tree and a git d
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -427,7 +428,7 @@ def _check_listing(out: str) -> None:
     assert "'fold layer'  src/prover.rs:8 (span!)" in matched
     assert "'Job {}'  crates/worker/src/lib.rs:3 (otel.name)" in matched
     assert "'verify_all'" in matched  # #[instrument] without a name: the fn's own
-    stale = out.split("rules that match no name defined here (1):", 1)[1].split(
+    stale = re.split(r"rules that match no name defined here[^\n]*\(1\):", out)[1].split(
         "names no rule", 1)[0]
     assert "#5 (match = 'renamed upstream' → weight_opening)" in stale
     unmatched = out.split("names no rule matches (", 1)[1]
@@ -474,3 +475,56 @@ def test_every_preset_cites_a_commit_for_its_current_names(preset: str) -> None:
         if " @ " in source:
             commit = source.rsplit(" @ ", 1)[1].split()[0]
             assert commit in text, f"docs/mapping.md does not give {preset}'s commit {commit}"
+    for rule in rules.spans:  # the refresh checks each rule against its own repository
+        assert rule.upstream, f"{preset} [[span]] #{rule.number} names no upstream"
+
+
+_UPSTREAM_RULES = _FIXTURE_RULES.replace(
+    'match = "my_prove"\n', 'match = "my_prove"\nupstream = "me/fx"\n').replace(
+    'match = "renamed upstream"\n', 'match = "renamed upstream"\nupstream = "me/fx"\n') + \
+    '''
+[[span]]
+match = "old_root"
+upstream = "me/fx"
+legacy = "fx before 2.0"
+to = "proof"
+
+[[span]]
+match = "TASK_KIND"
+upstream = "me/fx"
+named_at_run_time = "otel.name = kind.as_str()"
+to = "layer"
+
+[[span]]
+match = "cluster_only"
+upstream = "me/fx-cluster"
+to = "stark"
+'''
+
+
+def test_preset_names_checks_only_what_this_repository_should_define(tmp_path: Path) -> None:
+    """A preset drawn from several repositories, with rules kept for older versions and
+    names built at run time: only this repository's current rules can be stale."""
+    tree, rules = _fixture(tmp_path)
+    rules.write_text(_UPSTREAM_RULES)
+    git = ["git", "-C", str(tree)]
+    subprocess.run(["git", "init", "-q", str(tree)], check=True)
+    subprocess.run([*git, "remote", "add", "origin", "https://github.com/me/fx.git"],
+                   check=True)
+    proc = _run_script(str(tree), str(rules))  # the upstream read from origin
+    assert proc.returncode == 1, proc.stderr  # "renamed upstream" is still stale
+    stale, apart = proc.stdout.split("not checked here (3):", 1)
+    stale = stale.split("rules that match no name defined here (rules from me/fx) (1):")[1]
+    assert "'renamed upstream'" in stale and "old_root" not in stale
+    assert "'old_root' → proof): kept for fx before 2.0" in apart
+    assert "'TASK_KIND' → layer): named at run time: otel.name = kind.as_str()" in apart
+    assert "'cluster_only' → stark): from me/fx-cluster" in apart
+    # The other repository of the preset: none of its rules is defined here.
+    proc = _run_script(str(tree), str(rules), "--upstream", "me/fx-cluster")
+    assert proc.returncode == 1
+    assert "rules from me/fx-cluster) (1):\n  [[span]] #8 (match = 'cluster_only'" \
+        in proc.stdout
+    # Every current rule of this repository found: exit 0.
+    rules.write_text(_UPSTREAM_RULES.replace('match = "renamed upstream"', 'match = "open"'))
+    proc = _run_script(str(tree), str(rules))
+    assert proc.returncode == 0, proc.stdout

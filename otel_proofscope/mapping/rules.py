@@ -13,6 +13,7 @@ can make a match take more than linear time.
 
 from __future__ import annotations
 
+import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -115,6 +116,13 @@ class SpanRule:
     #: Tells apart two spans of one name, e.g. sp1-cluster's task span in the proof's
     #: trace (a parent) from its twin that starts the task's own trace (none).
     root: bool | None = None
+    # Where the rule's names come from, for scripts/preset-names (the mapper ignores
+    # them): the upstream repositories ("owner/name") that define them; the versions a
+    # rule is kept for when the current source no longer has its names; and, for a name
+    # built at run time, how (the source cannot be checked for it).
+    upstream: tuple[str, ...] = ()
+    legacy: str | None = None
+    named_at_run_time: str | None = None
 
     def applies(self, name: str, attributes: Mapping[str, Any] | None,
                 has_parent: bool) -> bool:
@@ -238,7 +246,8 @@ def _meta(raw: Any, where: str, path: Path | None) -> Meta:
 
 
 _SPAN_KEYS = frozenset({"match", "match_regex", "where", "root", "to", "attributes", "copy",
-                        "index_from", "kind", "kind_from", "kinds", "round_from"})
+                        "index_from", "kind", "kind_from", "kinds", "round_from",
+                        "upstream", "legacy", "named_at_run_time"})
 _LAYER_ONLY = ("index_from", "kind", "kind_from", "kinds")
 _EVENT_KEYS = frozenset({"match", "match_regex", "where", "to", "on", "on_regex",
                          "round_from", "attributes", "copy"})
@@ -264,7 +273,19 @@ def _span_rule(raw: Mapping[str, Any], number: int, where: str) -> SpanRule:
                     attributes=_values(raw, "attributes", ctx), copy=_str_map(raw, "copy", ctx),
                     index_from=_opt_str(raw, "index_from", ctx), kind=_opt_str(raw, "kind", ctx),
                     kind_from=_opt_str(raw, "kind_from", ctx), kinds=kinds,
-                    round_from=_opt_str(raw, "round_from", ctx), root=root)
+                    round_from=_opt_str(raw, "round_from", ctx), root=root,
+                    upstream=_upstream(raw, ctx), legacy=_opt_str(raw, "legacy", ctx),
+                    named_at_run_time=_opt_str(raw, "named_at_run_time", ctx))
+
+
+def _upstream(raw: Mapping[str, Any], ctx: str) -> tuple[str, ...]:
+    value = raw.get("upstream", [])
+    repos = [value] if isinstance(value, str) else value
+    if not isinstance(repos, list) or not all(
+            isinstance(r, str) and re.fullmatch(r"[\w.-]+/[\w.-]+", r) for r in repos):
+        raise RuleError(f"{ctx}: key 'upstream' must be a repository \"owner/name\" or a "
+                        f"list of them, got {value!r}")
+    return tuple(repos)
 
 
 def _event_rule(raw: Mapping[str, Any], number: int, where: str) -> EventRule:
