@@ -389,16 +389,19 @@ class Ingest:
         """What the senders say they dropped before sending (OTLP ``dropped_*_count``,
         e.g. span events beyond their SDK's limit): lost upstream, never received, so
         only reported, under ``sender_dropped.*`` in :meth:`stats`."""
-        declared: Counter[str] = Counter()
+        # Plain sums (a Counter update per span and kind was ~1 µs a span of serve's CPU).
+        events = attributes = links = event_attributes = 0
         for rs in request.resource_spans:
             for ss in rs.scope_spans:
                 for pb in ss.spans:
-                    declared["span_events"] += pb.dropped_events_count
-                    declared["span_attributes"] += pb.dropped_attributes_count
-                    declared["span_links"] += pb.dropped_links_count
-                    declared["event_attributes"] += sum(e.dropped_attributes_count
-                                                        for e in pb.events)
-        if any(declared.values()):
+                    events += pb.dropped_events_count
+                    attributes += pb.dropped_attributes_count
+                    links += pb.dropped_links_count
+                    for e in pb.events:
+                        event_attributes += e.dropped_attributes_count
+        declared = {"span_events": events, "span_attributes": attributes,
+                    "span_links": links, "event_attributes": event_attributes}
+        if events or attributes or links or event_attributes:
             with self._stats_lock:
                 for what, n in declared.items():
                     if n:
