@@ -97,8 +97,10 @@ def register(sub: Any) -> None:
     p.add_argument("--forward", default=None, metavar="ENDPOINT",
                    help="re-export what is received over OTLP (mapped names, the original "
                         "kept as an attribute, plus the proof metrics the mapped spans "
-                        "imply) to ENDPOINT (default $OTEL_EXPORTER_OTLP_ENDPOINT when set; "
-                        "'off' to disable)")
+                        "imply) to ENDPOINT, a base URL for http/protobuf (default "
+                        "$OTEL_EXPORTER_OTLP_ENDPOINT when set, and then a warning, not a "
+                        "refusal, if it cannot be used; 'off' to disable). Refused when an "
+                        "OTLP header variable holds serve's own token")
     p.add_argument("--forward-protocol", default=None, choices=("grpc", "http/protobuf"),
                    help="protocol of --forward (default $OTEL_EXPORTER_OTLP_PROTOCOL, "
                         "else grpc)")
@@ -206,6 +208,7 @@ def serve(args: argparse.Namespace) -> int:
     if endpoint is not None and endpoint.lower() != "off":
         try:
             serve_forward.check_not_self(endpoint, args.host, (args.grpc_port, args.http_port))
+            serve_forward.check_token_stays(token)
             forward = serve_forward.Forward(endpoint, mapper, args.forward_protocol)
         except serve_forward.ForwardError as exc:
             if source == "--forward":

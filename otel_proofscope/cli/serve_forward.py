@@ -78,6 +78,37 @@ def check_not_self(endpoint: str, own_host: str, own_ports: Sequence[int | None]
                            "loop")
 
 
+#: The header variables every OTLP exporter reads, the forward ones included.
+HEADER_ENVS = ("OTEL_EXPORTER_OTLP_HEADERS", "OTEL_EXPORTER_OTLP_TRACES_HEADERS",
+               "OTEL_EXPORTER_OTLP_METRICS_HEADERS")
+
+
+def check_token_stays(token: str | None) -> None:
+    """Refuse to forward when an OTLP header variable holds serve's own token: the
+    forward exporters send those headers as every OTLP exporter does, so a shell that
+    set them for its prover (``authorization=Bearer $TOKEN``, as serve's help says)
+    would hand serve's secret to the forward endpoint. The token is never printed."""
+    if not token:
+        return
+    for name in HEADER_ENVS:
+        if token in os.environ.get(name, ""):
+            raise ForwardError(f"${name} holds this serve's own token, which the forward "
+                               "exporters would send on to the endpoint; unset it for "
+                               "serve, or give the prover and serve another token")
+
+
+def check_base_url(endpoint: str, protocol: str) -> None:
+    """OTLP/HTTP's endpoint is a base URL, as ``OTEL_EXPORTER_OTLP_ENDPOINT`` is: the
+    signal paths are added. A signal path given too would post to ``/v1/traces/v1/
+    traces``, and every span would be counted lost."""
+    if protocol != "http/protobuf":
+        return
+    path = urlparse(endpoint).path.rstrip("/")
+    if path.endswith(("/v1/traces", "/v1/metrics")):
+        raise ForwardError(f"{endpoint!r}: give the base URL (without {path[path.rfind('/v1/'):]}"
+                           "): /v1/traces and /v1/metrics are added to it")
+
+
 def _sampled(span: ReadableSpan) -> ReadableSpan:
     """``span`` with the sampled flag set. A received span was sampled by its sender,
     but OTLP senders may leave the W3C flags out of ``Span.flags`` (the Python SDK's
@@ -188,6 +219,7 @@ class Forward:
         if protocol not in PROTOCOLS:
             raise ForwardError(f"protocol {protocol!r} is not supported; use "
                                f"{' or '.join(PROTOCOLS)}")
+        check_base_url(endpoint, protocol)
         self.endpoint = endpoint
         self.protocol = protocol
         span_target = endpoint if protocol == "grpc" \
