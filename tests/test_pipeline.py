@@ -6,7 +6,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -100,33 +100,6 @@ def test_shutdown_is_bounded_when_the_exporter_hangs() -> None:
     assert ledger.total(signal="spans", reason="shutdown") == 12
 
 
-@pytest.fixture
-def blackhole() -> Iterator[int]:
-    """A TCP port that accepts connections and never answers."""
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen(64)
-    conns: list[socket.socket] = []
-    stop = threading.Event()
-
-    def accept() -> None:
-        server.settimeout(0.2)
-        while not stop.is_set():
-            try:
-                conns.append(server.accept()[0])
-            except OSError:
-                continue
-
-    thread = threading.Thread(target=accept, daemon=True)
-    thread.start()
-    yield server.getsockname()[1]
-    stop.set()
-    thread.join(2)
-    for c in conns:
-        c.close()
-    server.close()
-
-
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -137,10 +110,10 @@ def free_port() -> int:
 @pytest.mark.parametrize("protocol", ["grpc", "http/protobuf"])
 @pytest.mark.parametrize("endpoint_kind", ["closed", "blackhole"])
 def test_dead_collector_exit_is_bounded_and_losses_exact(
-        monkeypatch: pytest.MonkeyPatch, blackhole: int, protocol: str,
+        monkeypatch: pytest.MonkeyPatch, black_hole: int, protocol: str,
         endpoint_kind: str, encoder: str) -> None:
     monkeypatch.setenv("PROOFSCOPE_OTLP_ENCODER", encoder)
-    port = blackhole if endpoint_kind == "blackhole" else free_port()
+    port = black_hole if endpoint_kind == "blackhole" else free_port()
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{port}")
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", protocol)
     telemetry = configure(set_global=False, rerun="off", shutdown_timeout_s=SHUTDOWN_S)

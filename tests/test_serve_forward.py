@@ -334,14 +334,22 @@ def test_unusable_otlp_endpoint_variable_is_a_warning_not_a_refusal(
     assert "forwarding to" not in summary and "forwarded to" not in summary, summary
 
 
-def test_serve_refuses_to_forward_to_itself(tmp_path: Path) -> None:
-    proc = _serve(tmp_path, "--forward", "http://127.0.0.1:4317", "--grpc-port", "4317")
+def _refused(tmp_path: Path, *args: str,
+             env_vars: dict[str, str] | None = None) -> tuple[int | None, str, str]:
+    """Serve started with ``args`` (expected to stop at once): (exit code, out, err)."""
+    proc = _serve(tmp_path, *args, env_vars=env_vars)
     try:
-        _, err = proc.communicate(timeout=PROCESS_TIMEOUT_S)
+        out, err = proc.communicate(timeout=PROCESS_TIMEOUT_S)
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 2
+    return proc.returncode, out, err
+
+
+def test_serve_refuses_to_forward_to_itself(tmp_path: Path) -> None:
+    code, _, err = _refused(tmp_path, "--forward", "http://127.0.0.1:4317",
+                            "--grpc-port", "4317")
+    assert code == 2
     assert "--forward" in err and "loop" in err
 
 
@@ -351,15 +359,10 @@ def test_serve_never_forwards_its_own_token(tmp_path: Path, header_env: str) -> 
     """A shell that set the prover's headers to serve's own token: the forward exporters
     would send it on, so --forward is refused, naming the variable, not the token."""
     token = "s3cret-token-of-serve"
-    proc = _serve(tmp_path, "--forward", f"http://127.0.0.1:{_free_port()}",
-                  env_vars={"PROOFSCOPE_SERVE_TOKEN": token,
-                            header_env: f"authorization=Bearer {token}"})
-    try:
-        out, err = proc.communicate(timeout=PROCESS_TIMEOUT_S)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 2, err
+    code, out, err = _refused(tmp_path, "--forward", f"http://127.0.0.1:{_free_port()}",
+                              env_vars={"PROOFSCOPE_SERVE_TOKEN": token,
+                                        header_env: f"authorization=Bearer {token}"})
+    assert code == 2, err
     assert f"${header_env} holds this serve's own token" in err, err
     assert token not in err and token not in out
 
@@ -367,14 +370,10 @@ def test_serve_never_forwards_its_own_token(tmp_path: Path, header_env: str) -> 
 def test_serve_wants_a_base_url_for_http_protobuf(tmp_path: Path) -> None:
     """/v1/traces is added to an OTLP/HTTP endpoint: one given with it would post to
     /v1/traces/v1/traces and lose every span, so it is refused with the reason."""
-    proc = _serve(tmp_path, "--forward", f"http://127.0.0.1:{_free_port()}/v1/traces",
-                  "--forward-protocol", "http/protobuf")
-    try:
-        _, err = proc.communicate(timeout=PROCESS_TIMEOUT_S)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 2, err
+    code, _, err = _refused(tmp_path, "--forward",
+                            f"http://127.0.0.1:{_free_port()}/v1/traces",
+                            "--forward-protocol", "http/protobuf")
+    assert code == 2, err
     assert "give the base URL (without /v1/traces)" in err, err
 
 
