@@ -223,10 +223,13 @@ def test_groth16_prove_phases(circuit: Artefacts, groth16: Run) -> None:
         sa = attrs(s)
         assert s["parentSpanId"] == root["spanId"], phase(s)
         assert s["traceId"] == root["traceId"]
-        assert duration_ns(s) > 0, phase(s)
+        # Log-arrival timing: lines that arrive in one read share one time, so a quick
+        # step may measure zero (docs/provers.md), as it did beside two CPU hogs.
+        assert duration_ns(s) >= 0, phase(s)
         assert start <= int(s["startTimeUnixNano"]) <= int(s["endTimeUnixNano"]) <= end
         assert sa[Attr.PROOFSCOPE_TIMING] == Timing.LOG_ARRIVAL
         assert LineAttr.UNTERMINATED not in sa, phase(s)
+    assert sum(duration_ns(s) for s in phases) > 0
     # MSMs and FFTs keep their names (what Jaeger lists) and carry the layer attributes
     # that make the walk and per-kind time draw them as layers.
     assert sorted(attrs(s)[Attr.LAYER_INDEX] for s in (*ffts, *msms)) == list(range(11))
@@ -287,7 +290,8 @@ def test_groth16_metrics_and_rerun_show_the_phases(groth16: Run) -> None:
         [values] = rec.values(path, "BarChart:values")[-1]
         assert values["buffer"] == pytest.approx(
             [seconds[i] if kinds[i] == kind else 0.0 for i in range(11)], rel=1e-5)
-        assert all(values["buffer"][i] > 0 for i in range(11) if kinds[i] == kind)
+        # Zero only where the phase measured zero (lines in one read, under load).
+        assert sum(values["buffer"][i] for i in range(11) if kinds[i] == kind) > 0
 
 
 def test_groth16_verify_ok_and_invalid(circuit: Artefacts, groth16: Run) -> None:
@@ -357,8 +361,9 @@ def test_plonk_prove_rounds(circuit: Artefacts) -> None:
     assert a[Attr.PROOF_SIZE] == (d / "pproof.json").stat().st_size
     rounds = run.phases(CliProverSpanName.PLONK_ROUND)
     assert [attrs(s)[CliProverAttr.PLONK_ROUND] for s in rounds] == [1, 2, 3, 4, 5]
-    assert all(s["parentSpanId"] == run.root()["spanId"] and duration_ns(s) > 0
-               for s in rounds)
+    assert all(s["parentSpanId"] == run.root()["spanId"] and duration_ns(s) >= 0
+               for s in rounds)  # zero if a round's lines came in one read (under load)
+    assert sum(duration_ns(s) for s in rounds) > 0
     msms = run.phases(CliProverSpanName.PLONK_MSM)
     assert [attrs(s)[CliProverAttr.PLONK_MSM_GROUP] for s in msms] == \
         ["A", "B", "C", "Z", "T1", "T2", "T3", "Wxi", "Wxiw"]
