@@ -16,7 +16,7 @@ import sys
 import threading
 from collections.abc import Iterator
 from concurrent import futures
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +44,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from serve_helpers import read_until
+from serve_helpers import ProtobufReplies, read_until
 
 from otel_proofscope.semconv import Attr, Metric
 
@@ -123,7 +123,7 @@ def http_collector() -> Iterator[tuple[Collector, int]]:
     /v1/traces and /v1/metrics; any other path is 404, any other body type 415."""
     c = Collector()
 
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(ProtobufReplies):
         def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
             if self.headers.get("Content-Encoding") == "gzip":
@@ -139,14 +139,7 @@ def http_collector() -> Iterator[tuple[Collector, int]]:
             else:
                 status = 200
                 payload = c.Export(kind.FromString(body), None).SerializeToString()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/x-protobuf")
-            self.send_header("Content-Length", str(len(payload)))
-            self.end_headers()
-            self.wfile.write(payload)
-
-        def log_message(self, *args: Any) -> None:
-            return None
+            self.reply(status, payload)
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     server.daemon_threads = True
@@ -365,6 +358,23 @@ def test_serve_never_forwards_its_own_token(tmp_path: Path, header_env: str) -> 
     assert code == 2, err
     assert f"${header_env} holds this serve's own token" in err, err
     assert token not in err and token not in out
+
+
+def test_the_token_check_reads_headers_as_the_exporters_do(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """URL-encoded (as the OTLP spec writes them) or not, the token as a header's value
+    or after its scheme is caught; a longer value that merely contains it is not it."""
+    from otel_proofscope.cli.serve_forward import ForwardError, check_token_stays
+
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_HEADERS", "authorization=Bearer%20tok")
+    with pytest.raises(ForwardError, match="OTEL_EXPORTER_OTLP_TRACES_HEADERS"):
+        check_token_stays("tok")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_HEADERS", "x-api-key=tok")
+    with pytest.raises(ForwardError):
+        check_token_stays("tok")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_HEADERS", "x-request-id=stock-42")
+    check_token_stays("tok")  # another value that contains the letters: not the token
+    check_token_stays(None)
 
 
 def test_serve_wants_a_base_url_for_http_protobuf(tmp_path: Path) -> None:

@@ -90,8 +90,13 @@ def check_token_stays(token: str | None) -> None:
     would hand serve's secret to the forward endpoint. The token is never printed."""
     if not token:
         return
+    from opentelemetry.util.re import parse_env_headers
+
     for name in HEADER_ENVS:
-        if token in os.environ.get(name, ""):
+        # Read as the exporters read them (URL-decoded, "key=value" pairs); a value is
+        # the token itself or a scheme and the token ("Bearer T").
+        values = parse_env_headers(os.environ.get(name, ""), liberal=True).values()
+        if any(v.split()[-1:] == [token] for v in values):
             raise ForwardError(f"${name} holds this serve's own token, which the forward "
                                "exporters would send on to the endpoint; unset it for "
                                "serve, or give the prover and serve another token")
