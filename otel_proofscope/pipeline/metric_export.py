@@ -91,8 +91,7 @@ class CountingMetricExporter(MetricExporter):
             self._abandoned = True
             # Counted here: however the abandoned export ends later (the channel closed,
             # or its own deadline), its exporter's ERROR would say it a second time.
-            for thread in self._exporting_threads:
-                cut_short(thread)
+            self._cut_in_flight()
 
     def force_flush(self, timeout_millis: float = 10_000) -> bool:
         return self.inner.force_flush(timeout_millis=timeout_millis)
@@ -101,9 +100,13 @@ class CountingMetricExporter(MetricExporter):
         # An export still in flight fails once the channel closes; it is counted here
         # (lost at shutdown, or failed), so its exporter's ERROR line would say it twice.
         with self._lock:
-            for thread in self._exporting_threads:
-                cut_short(thread)
+            self._cut_in_flight()
         self.inner.shutdown(timeout_millis=timeout_millis)
+
+    def _cut_in_flight(self) -> None:
+        """Mark every export of this exporter now in flight as cut by us; under the lock."""
+        for thread in self._exporting_threads:
+            cut_short(thread)
 
 
 class SinkMetricReader(PeriodicExportingMetricReader):
