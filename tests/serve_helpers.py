@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import time
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 
@@ -41,3 +42,17 @@ def settle(pid: int, limit_s: float = 60.0) -> None:
         time.sleep(0.5)
         if cpu_s(pid) - before < 0.025:
             return
+
+
+class ProtobufReplies(BaseHTTPRequestHandler):
+    """The base of the tests' OTLP/HTTP receivers: a protobuf reply, no access log."""
+
+    def reply(self, status: int, payload: bytes = b"") -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", "application/x-protobuf")
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def log_message(self, *args: object) -> None:
+        return None

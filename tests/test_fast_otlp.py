@@ -11,7 +11,7 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from concurrent import futures
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any
 
 import grpc
@@ -32,6 +32,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, SpanKind, Status, StatusCode
 from opentelemetry.trace.span import TraceFlags, TraceState
+from serve_helpers import ProtobufReplies
 
 from otel_proofscope.ledger import DropKey, DropLedger
 from otel_proofscope.otlp.encode import encode_export_request
@@ -329,7 +330,7 @@ class _HttpReceiver:
         self.delivered: list[ExportTraceServiceRequest] = []
         receiver = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(ProtobufReplies):
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers["Content-Length"]))
                 headers = {k.lower(): v for k, v in self.headers.items()}
@@ -344,14 +345,7 @@ class _HttpReceiver:
                     if receiver.rejected:
                         response.partial_success.rejected_spans = receiver.rejected
                     payload = response.SerializeToString()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/x-protobuf")
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
-
-            def log_message(self, *args: Any) -> None:
-                return None
+                self.reply(status, payload)
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
