@@ -8,8 +8,9 @@ folder, no token) and measures it from /proc:
   they do, the official OTLP exporters (HTTP and gRPC, 10 s timeout) export 3 spans
   each, one a second. Reported: exports that succeeded (of 6), the slowest one.
 * ``tiny``: 4 concurrent 4 MB gRPC requests of 80,000 minimal spans (the OTLP
-  exporters' 10 s timeout). Reported: peak RSS over idle, spans accepted, spans the
-  senders were told were not taken, spans dropped after an OK (``rerun (queue_full)``).
+  exporters' 10 s timeout; ``--tiny-spans 320000``: 16 MB requests, serve's cap).
+  Reported: peak RSS over idle, spans accepted, spans the senders were told were not
+  taken, spans dropped after an OK (``rerun (queue_full)``).
 * ``session``: single-span traces from 2,000 services over OTLP/HTTP, 200 a request.
   Reported: RSS at a third, two thirds and the end of the session.
 * ``session-footer``: the same with ``serve --rrd-footer`` (the Rerun SDK then holds the
@@ -168,8 +169,7 @@ def _tiny_request(seed: int, spans: int) -> bytes:
     return bytes(req.SerializeToString())
 
 
-def tiny() -> dict[str, float]:
-    spans = 80_000
+def tiny(spans: int = 80_000) -> dict[str, float]:
     bodies = [_tiny_request(k + 1, spans) for k in range(4)]
     serve = Serve()
     channel = grpc.insecure_channel(serve.grpc)
@@ -274,9 +274,12 @@ def main() -> None:
     ap.add_argument("cases", nargs="+", choices=("dos", "tiny", "session", "session-footer"))
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--traces", type=int, default=24_000, help="session length")
+    ap.add_argument("--tiny-spans", type=int, default=80_000,
+                    help="minimal spans per tiny request (80,000: ~4 MB; 320,000: ~16 MB, "
+                         "serve's default cap)")
     args = ap.parse_args()
     cases: dict[str, Callable[[], dict[str, float]]] = {
-        "dos": dos, "tiny": tiny, "session": lambda: session(args.traces),
+        "dos": dos, "tiny": lambda: tiny(args.tiny_spans), "session": lambda: session(args.traces),
         "session-footer": lambda: session(args.traces, "--rrd-footer")}
     results: dict[str, list[dict[str, float]]] = {c: [] for c in args.cases}
     for run in range(args.runs):  # interleaved: load drifts hit every case alike

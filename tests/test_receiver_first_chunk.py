@@ -1,6 +1,7 @@
 """A request's first chunk waits briefly for room in a span queue before the request is
 refused (issue 29, decision 5): a refusal had already cost the parse and the conversion
-of that chunk, and a sink draining its queue makes room within the wait."""
+of that chunk, and a sink draining its queue makes room within the wait. A request with
+a deadline (gRPC) is held for room until its answer is due instead."""
 
 from __future__ import annotations
 
@@ -76,3 +77,47 @@ def test_the_wait_never_outlasts_the_senders_deadline() -> None:
                            reply_by=start + 0.1)
     assert result.outcome is Outcome.BUSY
     assert time.monotonic() - start < 0.5
+
+
+class FullFor(Draining):
+    """A queue that says it is full (``backlog()``) for ``after_s`` after the first ask."""
+
+    def backlog(self) -> tuple[int, int]:
+        now = time.monotonic()
+        if self.first_ask is None:
+            self.first_ask = now
+        full = self.after_s is None or now - self.first_ask < self.after_s
+        return (100, 100) if full else (0, 100)
+
+    def can_take(self, spans: Sequence[ReadableSpan]) -> bool:
+        return self.backlog()[0] == 0
+
+
+def test_a_request_with_a_deadline_is_held_for_room_past_the_first_chunk_wait() -> None:
+    # Some gRPC exporters never retry (the official JS one): a refusal would be a lost
+    # export, so a sender with a deadline is held until its answer is due, not pushed back.
+    for queue in (Draining(after_s=core.FIRST_CHUNK_WAIT_S + 0.5),
+                  FullFor(after_s=core.FIRST_CHUNK_WAIT_S + 0.5)):
+        ingest = Ingest([queue], ledger=DropLedger())  # type: ignore[list-item]
+        start = time.monotonic()
+        result = ingest.handle(codec.Signal.TRACES, _body(5), codec.Encoding.PROTOBUF,
+                               reply_by=start + 5.0)
+        assert result.outcome is Outcome.OK and len(queue.spans) == 5, type(queue)
+        assert ingest.stats().get("requests.traces.busy", 0) == 0
+        # without a deadline (OTLP/HTTP) the same queue pushes the sender back
+        queue.first_ask, queue.spans = None, []
+        result = ingest.handle(codec.Signal.TRACES, _body(5), codec.Encoding.PROTOBUF)
+        assert result.outcome is Outcome.BUSY and queue.spans == [], type(queue)
+
+
+def test_a_held_request_is_refused_once_its_answer_is_due() -> None:
+    queue = FullFor(after_s=None)
+    ledger = DropLedger()
+    ingest = Ingest([queue], ledger=ledger)  # type: ignore[list-item]
+    start = time.monotonic()
+    result = ingest.handle(codec.Signal.TRACES, _body(5), codec.Encoding.PROTOBUF,
+                           reply_by=start + 0.6)
+    took = time.monotonic() - start
+    assert result.outcome is Outcome.BUSY and queue.spans == []
+    assert 0.6 <= took < 2.0
+    assert ledger.total() == 1

@@ -83,9 +83,10 @@ def register(sub: Any) -> None:
     p.add_argument("--max-message-bytes", type=_positive, default=DEFAULT_MAX_MESSAGE_BYTES,
                    metavar="N", help="reject larger requests (default %(default)s)")
     p.add_argument("--max-inflight-bytes", type=_positive, default=None, metavar="N",
-                   help="request bytes received, decoded or exported at once; requests "
-                        "past it get 503 / RESOURCE_EXHAUSTED with a retry hint and are "
-                        f"counted (default {DEFAULT_MAX_INFLIGHT_BYTES}, at least twice "
+                   help="request bytes received, decoded or exported at once; HTTP "
+                        "requests past it get 503 with a retry hint, gRPC ones wait for "
+                        "room until their deadline, then RESOURCE_EXHAUSTED; all counted "
+                        f"(default {DEFAULT_MAX_INFLIGHT_BYTES}, at least twice "
                         "--max-message-bytes)")
     p.add_argument("--rerun", default=None, metavar="TARGET",
                    help="spawn, file:PATH.rrd, rerun+http://HOST:PORT/proxy or off "

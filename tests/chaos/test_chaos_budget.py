@@ -1,9 +1,11 @@
-"""serve's in-flight byte budget: a request past it is refused at once with a retry hint
-and counted, on both transports; the ones within it are served."""
+"""serve's in-flight byte budget: an HTTP request past it is refused at once with a retry
+hint and counted; a gRPC request (it has a deadline) is held for room until its answer
+is due, then refused so; the ones within it are served."""
 
 from __future__ import annotations
 
 import threading
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
@@ -67,9 +69,12 @@ def test_requests_past_the_budget_get_a_retry_hint_and_are_counted() -> None:
         big = _request(8, 100_000)  # ~800 KB: fits alone
         first = export.future(big, timeout=20)
         assert held.entered.wait(10)
-        # a second one does not fit next to the first: refused at once, with RetryInfo
+        # a second one does not fit next to the first: held until its answer is due
+        # (deadline less max(2 s, 30 %)), then refused with RetryInfo
+        start = time.monotonic()
         with pytest.raises(grpc.RpcError) as err:
-            export(big, timeout=5)
+            export(big, timeout=3)
+        assert time.monotonic() - start >= 0.9
         assert err.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
         trailing = dict(err.value.trailing_metadata() or ())
         info = RetryInfo.FromString(trailing["google.rpc.retryinfo-bin"])
@@ -87,6 +92,36 @@ def test_requests_past_the_budget_get_a_retry_hint_and_are_counted() -> None:
         export(big, timeout=20)
         assert held.spans == 16
         assert DROPS.total(signal="otlp_traces_requests", reason="queue_full") == 2
+        channel.close()
+    finally:
+        held.release.set()
+        receiver.stop()
+
+
+def test_a_grpc_request_past_the_budget_is_served_once_room_comes_within_its_deadline() -> None:
+    # The official JS gRPC exporter never retries: a refusal is a lost export.
+    held = Held()
+    ledger_before = DROPS.total(signal="otlp_traces_requests")
+    receiver = OtlpReceiver([held], [], grpc_port=0, http_port=0,
+                            max_message_bytes=4 << 20, max_inflight_bytes=BUDGET)
+    receiver.start()
+    try:
+        channel = grpc.insecure_channel(receiver.grpc_endpoint or "")
+        export = channel.unary_unary(
+            "/opentelemetry.proto.collector.trace.v1.TraceService/Export",
+            request_serializer=None, response_deserializer=None)
+        big = _request(8, 100_000)
+        first = export.future(big, timeout=20)
+        assert held.entered.wait(10)
+        second = export.future(big, timeout=10)  # held: over the budget beside the first
+        time.sleep(1.0)
+        assert not second.done()
+        held.release.set()
+        first.result(timeout=20)
+        second.result(timeout=20)
+        assert held.spans == 16
+        assert DROPS.total(signal="otlp_traces_requests") == ledger_before
+        assert receiver.stats().get("requests.traces.over_budget", 0) == 0
         channel.close()
     finally:
         held.release.set()

@@ -41,7 +41,11 @@ REASON_UNAUTHENTICATED = "unauthenticated"
 #: Drop reason for a request turned away because the receiver was busy.
 REASON_BUSY = DropReason.QUEUE_FULL.value
 
-DEFAULT_MAX_MESSAGE_BYTES = 4 * 1024 * 1024
+#: 16 MiB: the largest batch an OTLP SDK sends with its default batch processor (512
+#: spans) of layer spans with 128 round events is ~12.3 MB (official JS SDK, measured by
+#: benchmarks/bench_node_fleet.py); gRPC's own 4 MiB default refused every full batch.
+#: What is decoded at once stays bound by the in-flight byte budget, not by this cap.
+DEFAULT_MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 DEFAULT_MAX_CONCURRENT = 8
 #: How long a request waits for a free slot before it is turned away as busy.
 ADMISSION_TIMEOUT_S = 5.0
@@ -165,9 +169,12 @@ class Ingest:
             return True
         return len(values) == 1 and self.authorized(values[0])
 
-    def admit(self) -> bool:
-        """Take one of ``max_concurrent`` slots, waiting at most ``admission_timeout_s``."""
-        return self._admission.acquire(timeout=self.admission_timeout_s)
+    def admit(self, wait_until: float | None = None) -> bool:
+        """Take one of ``max_concurrent`` slots, waiting at most ``admission_timeout_s``
+        or, when given, until ``wait_until`` (monotonic: a held gRPC request's reply_by)."""
+        timeout = (self.admission_timeout_s if wait_until is None
+                   else max(0.0, wait_until - time.monotonic()))
+        return self._admission.acquire(timeout=timeout)
 
     def release(self) -> None:
         self._admission.release()
@@ -190,18 +197,29 @@ class Ingest:
 
     # ── the request itself ──────────────────────────────────────────────────────────
 
+    def too_large(self, signal: codec.Signal, size: int) -> Result | None:
+        """The refusal of a body over the cap (counted), or None when it is within."""
+        if size <= self.max_message_bytes:
+            return None
+        return self.reject(signal, Outcome.TOO_LARGE,
+                           f"request of {size} bytes exceeds the cap of "
+                           f"{self.max_message_bytes} bytes")
+
     def handle(self, signal: codec.Signal, body: bytes, encoding: codec.Encoding, *,
                reply_by: float | None = None) -> Result:
         """Decode, convert and export one request body (auth already checked).
 
         ``reply_by``: the monotonic time by which the sender needs its answer (a gRPC
-        client's deadline); spans the sinks could not take by then are answered as
-        rejected (OTLP partial success) instead of being dropped after an OK.
+        client's deadline). Such a request is *held* until then for room in the span
+        queues instead of being refused at once: some OTLP/gRPC exporters never retry
+        (the JS one reports every gRPC error as final), so a refusal is a lost export,
+        while a sender with a deadline is still there to hear a late answer. Spans the
+        sinks could not take by then are answered as rejected (OTLP partial success)
+        instead of being dropped after an OK.
         """
-        if len(body) > self.max_message_bytes:
-            return self.reject(signal, Outcome.TOO_LARGE,
-                               f"request of {len(body)} bytes exceeds the cap of "
-                               f"{self.max_message_bytes} bytes")
+        refused = self.too_large(signal, len(body))
+        if refused is not None:
+            return refused
         try:
             request = codec.decode(signal, body, encoding)
         except codec.BadRequest as exc:
@@ -217,8 +235,9 @@ class Ingest:
                       reply_by: float | None = None) -> Result:
         total = feed.span_count(request)
         # Pushed back before anything is accepted when the request does not fit beside
-        # what is queued; a queue that is empty takes it a chunk at a time below.
-        if self._backlog_full(max(total, 1)):
+        # what is queued (a request with a deadline first waits for room until then);
+        # a queue that is empty takes it a chunk at a time below.
+        if self._backlog_full(max(total, 1)) and not self._room_by(max(total, 1), reply_by):
             return self._refuse_full(total)
         # Room is waited for while the sender is still there to hear the answer: until
         # its own deadline (gRPC), else reply_within_s (OTLP/HTTP has no deadline).
@@ -233,7 +252,8 @@ class Ingest:
                 # The first chunk waits briefly (FIRST_CHUNK_WAIT_S), then the sender is
                 # pushed back (retry) before anything of its request is accepted; later
                 # chunks wait for room while the sender can still hear the answer.
-                failed = self._feed_spans(chunk, give_up if done else min(
+                held = done or reply_by is not None
+                failed = self._feed_spans(chunk, give_up if held else min(
                     give_up, time.monotonic() + FIRST_CHUNK_WAIT_S))
                 if failed is None:
                     if not done:  # counted once, as a refused request; the sender retries
@@ -292,6 +312,17 @@ class Ingest:
                 queued, capacity = got
                 if queued > 0 and queued + spans > capacity:
                     return True
+        return False
+
+    def _room_by(self, spans: int, reply_by: float | None) -> bool:
+        """Wait until the span queues can take ``spans`` more, at most until
+        ``reply_by`` (None: do not wait). Whether the room came."""
+        if reply_by is None:
+            return False
+        while time.monotonic() < reply_by:
+            time.sleep(QUEUE_POLL_S)
+            if not self._backlog_full(spans):
+                return True
         return False
 
     def _cannot_take(self, spans: list[ReadableSpan]) -> bool:

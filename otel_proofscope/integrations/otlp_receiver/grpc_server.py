@@ -68,25 +68,29 @@ def _reply_by(context: grpc.ServicerContext) -> float | None:
 
 def _export(ingest: Ingest, signal: codec.Signal, body: bytes,
             context: grpc.ServicerContext) -> bytes:
+    reply_by = _reply_by(context)
     auth = [v for k, v in context.invocation_metadata()
             if k.lower() == "authorization" and isinstance(v, str)]
     if not ingest.authorized_all(auth):
         result = ingest.reject(signal, Outcome.UNAUTHENTICATED,
                                "missing or wrong bearer token (metadata 'authorization')")
-    elif not ingest.budget.reserve(len(body)):
-        # grpc core already holds the body; refusing now keeps decode and export (the
-        # ~90x amplification) within the budget.
+    elif (too_large := ingest.too_large(signal, len(body))) is not None:
+        result = too_large
+    elif not ingest.budget.reserve(len(body), wait_until=reply_by):
+        # grpc core already holds the body: waiting for room (until the client's
+        # deadline, see Ingest.handle) costs no new memory, and decode and export (the
+        # amplification) start only within the budget.
         result = ingest.reject(signal, Outcome.OVER_BUDGET,
                                f"receiver over its in-flight byte budget "
                                f"({ingest.budget.limit} bytes), retry later")
     else:
         try:
-            if not ingest.admit():
+            if not ingest.admit(wait_until=reply_by):
                 result = ingest.reject(signal, Outcome.BUSY, "receiver busy, retry later")
             else:
                 try:
                     result = ingest.handle(signal, body, codec.Encoding.PROTOBUF,
-                                           reply_by=_reply_by(context))
+                                           reply_by=reply_by)
                 finally:
                     ingest.release()
         finally:
