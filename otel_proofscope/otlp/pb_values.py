@@ -74,19 +74,3 @@ def attributes_counted(kvs: Iterable[KeyValue]) -> tuple[dict[str, Any], int]:
             if v is not None:
                 out[key] = v
     return out, empty
-
-
-def some_attributes(kvs: Iterable[KeyValue], keys: frozenset[str]) -> dict[str, Any]:
-    """The values of ``keys`` only, exactly as :func:`attributes` reads them:
-    the others' values are not read, which is most of the cost of an attribute."""
-    out: dict[str, Any] = {}
-    get = SCALAR.get
-    for kv in kvs:
-        key = kv.key
-        if key in keys:
-            value = kv.value
-            scalar = get(value.WhichOneof("value"))  # type: ignore[arg-type]
-            v = scalar(value) if scalar is not None else any_value(value)
-            if v is not None:  # an empty value never replaces one (as in attributes())
-                out[key] = v
-    return out

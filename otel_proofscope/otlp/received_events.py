@@ -34,7 +34,7 @@ from typing import Any
 from opentelemetry.sdk.trace import Event
 from opentelemetry.sdk.util import BoundedList
 
-from otel_proofscope.otlp.pb_values import attributes_counted, some_attributes
+from otel_proofscope.otlp.pb_values import SCALAR, any_value, attributes_counted
 
 #: Held while a list turns into a plain one (rare: a received span is not appended to).
 _PLAIN_LOCK = threading.Lock()
@@ -151,11 +151,24 @@ class ReceivedEvents(BoundedList):  # type: ignore[type-arg]
             return cached[2]
         out: list[tuple[Any, Any, Any, Any]] = []
         append = out.append
+        get = SCALAR.get
+        # Only the values of ``keys`` are read, as pb_values.attributes reads them (the
+        # others' values are most of an attribute's cost); inline, not a function call
+        # per event: this loop runs once per received round event (a 16-round span:
+        # 40 -> 34 µs).
         for i, e in enumerate(self._pbs):
             ev_name = e.name
             if ev_name == name:
-                append((ev_name, e.time_unix_nano, some_attributes(e.attributes, keys),
-                        Unread(self, i)))
+                attrs: dict[str, Any] = {}
+                for kv in e.attributes:
+                    key = kv.key
+                    if key in keys:
+                        value = kv.value
+                        scalar = get(value.WhichOneof("value"))
+                        v = scalar(value) if scalar is not None else any_value(value)
+                        if v is not None:  # an empty value never replaces one
+                            attrs[key] = v
+                append((ev_name, e.time_unix_nano, attrs, Unread(self, i)))
             else:
                 append(_read(e))
         self._outline = (name, keys, out)
