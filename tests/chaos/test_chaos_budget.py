@@ -4,11 +4,12 @@ is due, then refused so; the ones within it are served."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import grpc
 import pytest
@@ -56,16 +57,27 @@ def _request(spans: int, pad: int) -> bytes:
     return bytes(req.SerializeToString())
 
 
-def test_requests_past_the_budget_get_a_retry_hint_and_are_counted() -> None:
-    held = Held()
+
+@contextlib.contextmanager
+def _receiver(held: Held) -> Iterator[tuple[OtlpReceiver, grpc.UnaryUnaryMultiCallable]]:
+    """A receiver with a 1 MiB budget in front of ``held``, and its gRPC Export call."""
     receiver = OtlpReceiver([held], [], grpc_port=0, http_port=0,
                             max_message_bytes=4 << 20, max_inflight_bytes=BUDGET)
     receiver.start()
+    channel = grpc.insecure_channel(receiver.grpc_endpoint or "")
     try:
-        channel = grpc.insecure_channel(receiver.grpc_endpoint or "")
-        export = channel.unary_unary(
+        yield receiver, channel.unary_unary(
             "/opentelemetry.proto.collector.trace.v1.TraceService/Export",
             request_serializer=None, response_deserializer=None)
+    finally:
+        held.release.set()
+        channel.close()
+        receiver.stop()
+
+
+def test_requests_past_the_budget_get_a_retry_hint_and_are_counted() -> None:
+    held = Held()
+    with _receiver(held) as (receiver, export):
         big = _request(8, 100_000)  # ~800 KB: fits alone
         first = export.future(big, timeout=20)
         assert held.entered.wait(10)
@@ -92,24 +104,13 @@ def test_requests_past_the_budget_get_a_retry_hint_and_are_counted() -> None:
         export(big, timeout=20)
         assert held.spans == 16
         assert DROPS.total(signal="otlp_traces_requests", reason="queue_full") == 2
-        channel.close()
-    finally:
-        held.release.set()
-        receiver.stop()
 
 
 def test_a_grpc_request_past_the_budget_is_served_once_room_comes_within_its_deadline() -> None:
     # The official JS gRPC exporter never retries: a refusal is a lost export.
     held = Held()
     ledger_before = DROPS.total(signal="otlp_traces_requests")
-    receiver = OtlpReceiver([held], [], grpc_port=0, http_port=0,
-                            max_message_bytes=4 << 20, max_inflight_bytes=BUDGET)
-    receiver.start()
-    try:
-        channel = grpc.insecure_channel(receiver.grpc_endpoint or "")
-        export = channel.unary_unary(
-            "/opentelemetry.proto.collector.trace.v1.TraceService/Export",
-            request_serializer=None, response_deserializer=None)
+    with _receiver(held) as (receiver, export):
         big = _request(8, 100_000)
         first = export.future(big, timeout=20)
         assert held.entered.wait(10)
@@ -122,7 +123,3 @@ def test_a_grpc_request_past_the_budget_is_served_once_room_comes_within_its_dea
         assert held.spans == 16
         assert DROPS.total(signal="otlp_traces_requests") == ledger_before
         assert receiver.stats().get("requests.traces.over_budget", 0) == 0
-        channel.close()
-    finally:
-        held.release.set()
-        receiver.stop()
