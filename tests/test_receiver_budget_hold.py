@@ -69,3 +69,20 @@ def test_a_waiter_gives_up_at_its_deadline() -> None:
     assert 0.25 <= time.monotonic() - start < 2.0
     assert not budget.reserve(10)  # no deadline: refused at once
     assert budget.used == 100
+
+
+def test_stop_waiting_ends_every_wait_and_refuses_new_ones() -> None:
+    budget = ByteBudget(100)
+    assert budget.reserve(100)
+    got: list[bool] = []
+    waiter = threading.Thread(
+        target=lambda: got.append(budget.reserve(10, wait_until=time.monotonic() + 10.0)))
+    waiter.start()
+    time.sleep(0.2)
+    start = time.monotonic()
+    budget.stop_waiting()
+    waiter.join(5)
+    assert got == [False] and time.monotonic() - start < 1.0
+    assert not budget.reserve(10, wait_until=time.monotonic() + 10.0)
+    budget.release(100)
+    assert budget.reserve(10)  # what fits at once still does (requests in progress)

@@ -123,3 +123,29 @@ def test_a_grpc_request_past_the_budget_is_served_once_room_comes_within_its_dea
         assert held.spans == 16
         assert DROPS.total(signal="otlp_traces_requests") == ledger_before
         assert receiver.stats().get("requests.traces.over_budget", 0) == 0
+
+
+def test_a_held_grpc_request_is_refused_and_counted_when_the_receiver_stops() -> None:
+    # Held up to its deadline (here ~14 s), it must not outlive serve's stop: it is
+    # refused and counted before stop() returns, so the exit summary includes it.
+    held = Held()
+    with _receiver(held) as (receiver, export):
+        big = _request(8, 100_000)
+        first = export.future(big, timeout=30)
+        assert held.entered.wait(10)
+        second = export.future(big, timeout=20)
+        time.sleep(0.5)
+        assert not second.done()
+        before = receiver.stats().get("requests.traces.over_budget", 0)
+        start = time.monotonic()
+        stopper = threading.Thread(target=receiver.stop)
+        stopper.start()
+        with pytest.raises(grpc.RpcError) as err:
+            second.result(timeout=10)
+        assert time.monotonic() - start < 2.0  # at once, not at its deadline
+        assert err.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
+        held.release.set()
+        stopper.join(15)
+        assert receiver.stats().get("requests.traces.over_budget", 0) == before + 1
+        with contextlib.suppress(grpc.RpcError):
+            first.result(timeout=10)

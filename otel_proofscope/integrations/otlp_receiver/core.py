@@ -57,6 +57,8 @@ EXPORT_TIMEOUT_MS = 10_000.0
 REPLY_WITHIN_S = 8.0
 #: Poll interval while a chunk waits for room in a span queue.
 QUEUE_POLL_S = 0.02
+#: How often a request waiting for an admission slot checks whether the receiver stops.
+STOP_POLL_S = 0.1
 #: How long a request's first chunk, converted already, waits for room in a span queue
 #: before the whole request is refused (the sender retries). Why not 0: a refused
 #: request has been parsed and its first chunk converted for nothing, and the sink
@@ -143,6 +145,10 @@ class Ingest:
             raise ValueError(f"reply_within_s must be positive, got {reply_within_s}")
         self.reply_within_s = reply_within_s
         self.budget = limits.ByteBudget(max_inflight_bytes)
+        # Set when the receiver stops: a request waiting for room (a held gRPC one waits
+        # up to its deadline) is refused and counted now, before the sinks shut down and
+        # the summary is written, not answered after them.
+        self._stopping = threading.Event()
         # SDK exporters are not promised to be thread-safe; requests arrive concurrently.
         self._export_lock = threading.Lock()
         self._stats_lock = threading.Lock()
@@ -172,9 +178,21 @@ class Ingest:
     def admit(self, wait_until: float | None = None) -> bool:
         """Take one of ``max_concurrent`` slots, waiting at most ``admission_timeout_s``
         or, when given, until ``wait_until`` (monotonic: a held gRPC request's reply_by)."""
-        timeout = (self.admission_timeout_s if wait_until is None
-                   else max(0.0, wait_until - time.monotonic()))
-        return self._admission.acquire(timeout=timeout)
+        until = time.monotonic() + self.admission_timeout_s if wait_until is None \
+            else wait_until
+        while not self._stopping.is_set():
+            if self._admission.acquire(timeout=max(0.0, min(until - time.monotonic(),
+                                                            STOP_POLL_S))):
+                return True
+            if time.monotonic() >= until:
+                return False
+        return False
+
+    def stop_waiting(self) -> None:
+        """The receiver is stopping: every request waiting for a slot, budget or room in
+        the span queues is refused (and counted) at once, and no new one waits."""
+        self._stopping.set()
+        self.budget.stop_waiting()
 
     def release(self) -> None:
         self._admission.release()
@@ -319,7 +337,7 @@ class Ingest:
         ``reply_by`` (None: do not wait). Whether the room came."""
         if reply_by is None:
             return False
-        while time.monotonic() < reply_by:
+        while time.monotonic() < reply_by and not self._stopping.is_set():
             time.sleep(QUEUE_POLL_S)
             if not self._backlog_full(spans):
                 return True
@@ -361,7 +379,8 @@ class Ingest:
             with self._export_lock:
                 if not self._cannot_take(spans):
                     return self._export_spans(spans)
-            if wait_until is None or time.monotonic() >= wait_until:
+            if wait_until is None or time.monotonic() >= wait_until \
+                    or self._stopping.is_set():
                 return None
             time.sleep(QUEUE_POLL_S)
 

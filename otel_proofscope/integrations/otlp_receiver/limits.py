@@ -82,6 +82,7 @@ class ByteBudget:
         self._held: dict[str, int] = {}
         self._lock = threading.Lock()
         self._freed = threading.Condition(self._lock)
+        self._stopping = False
 
     def reserve(self, n: int, holder: str | None = None, *,
                 wait_until: float | None = None) -> bool:
@@ -96,7 +97,7 @@ class ByteBudget:
             if not self._fits(n, holder, self.limit):
                 while not self._fits(n, holder, self.limit // 2):
                     left = None if wait_until is None else wait_until - time.monotonic()
-                    if left is None or left <= 0:
+                    if left is None or left <= 0 or self._stopping:
                         return False
                     self._freed.wait(left)
             if holder is not None:
@@ -113,6 +114,12 @@ class ByteBudget:
             if held and held + n > self.per_client:
                 return False
         return True
+
+    def stop_waiting(self) -> None:
+        """End every wait now and refuse new ones (the receiver is stopping)."""
+        with self._lock:
+            self._stopping = True
+            self._freed.notify_all()
 
     def release(self, n: int, holder: str | None = None) -> None:
         with self._lock:

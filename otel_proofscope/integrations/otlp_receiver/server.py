@@ -94,7 +94,9 @@ class OtlpReceiver:
         return self
 
     def stop(self, grace_s: float = 2.0) -> None:
-        """Stop accepting, let in-flight requests finish (bounded), shut exporters down."""
+        """Stop accepting, let in-flight requests finish (bounded), shut exporters down.
+        Requests still waiting for room are refused (and counted) at once."""
+        self.ingest.stop_waiting()
         if self._http:
             self._http.stop(grace_s)
         if self._grpc:
