@@ -84,11 +84,24 @@ ROUND_EVENT_RESERVE = 64
 def set_max_events_per_span(max_events: int | None) -> None:
     """Keep the first rounds of a layer when its span would exceed ``max_events``."""
     global _round_event_cap
-    if max_events is None:
+    _round_event_cap = _round_cap(max_events)
+
+
+def release_max_events_per_span(max_events: int | None) -> None:
+    """Undo :func:`set_max_events_per_span` (``configure()``'s shutdown), unless a later
+    call set another limit since: a pipeline shut down must not leave its cap on every
+    tracer of the process (a later ``configure()`` without one, or a user's own
+    provider, kept dropping rounds past it)."""
+    global _round_event_cap
+    if _round_event_cap == _round_cap(max_events):
         _round_event_cap = None
-        return
+
+
+def _round_cap(max_events: int | None) -> int | None:
+    if max_events is None:
+        return None
     # A small limit keeps a proportionate reserve (an eighth), so that it still holds rounds.
-    _round_event_cap = max(1, max_events - min(ROUND_EVENT_RESERVE, max_events // 8))
+    return max(1, max_events - min(ROUND_EVENT_RESERVE, max_events // 8))
 
 
 def set_capture_witness(enabled: bool) -> None:

@@ -288,6 +288,29 @@ def test_span_event_limit_drops_are_counted(tmp_path: Path) -> None:
     assert DROPS.total(signal="span_events", reason="span_limit") == 7
 
 
+def test_a_shut_down_pipeline_leaves_no_event_limit_behind(tmp_path: Path) -> None:
+    # The cap is process-wide while the pipeline runs; after its shutdown a tracer on
+    # another provider kept losing every round past it (seen as an order-dependent
+    # failure of test_trace_view_span_log after the test above).
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from otel_proofscope.setup import configure
+
+    configure(out_dir=tmp_path, set_global=False, max_events_per_span=5,
+              rerun="off").shutdown()
+    memory = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    tracer = ProofTracer(provider)
+    with tracer.proof(system="gkr"), tracer.layer(index=0, kind="MatMul", rounds=12):
+        for r in range(12):
+            tracer.sumcheck_round(r, poly=[1, 2], claim=3)
+    [layer] = [s for s in memory.get_finished_spans() if s.name == SpanName.LAYER]
+    assert len(layer.events) == 12
+
+
 @settings(max_examples=60, deadline=None)
 @given(round_=st.one_of(st.integers(), st.floats(), st.text(), st.none()),
        poly=st.one_of(st.lists(st.one_of(st.integers(0, 2**31), st.floats(), st.text(),

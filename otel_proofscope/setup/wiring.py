@@ -24,6 +24,7 @@ into the providers.
 from __future__ import annotations
 
 import atexit
+import functools
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -268,6 +269,8 @@ def build(options: Options) -> Telemetry:
     mapping.install_metrics(parts.tracer_provider, meter_provider, options.mapper)
     instrumentation.set_capture_witness(options.capture_witness)
     instrumentation.set_max_events_per_span(options.max_events_per_span)
+    parts.closers.append(functools.partial(instrumentation.release_max_events_per_span,
+                                           options.max_events_per_span))
     if options.set_global:
         trace.set_tracer_provider(parts.tracer_provider)
         metrics.set_meter_provider(meter_provider)
