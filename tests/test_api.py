@@ -311,6 +311,16 @@ def test_a_shut_down_pipeline_leaves_no_event_limit_behind(tmp_path: Path) -> No
     assert len(layer.events) == 12
 
 
+def test_a_shut_down_pipeline_leaves_no_witness_capture_behind(tmp_path: Path) -> None:
+    from otel_proofscope import instrumentation
+    from otel_proofscope.setup import configure
+
+    t = configure(out_dir=tmp_path, set_global=False, capture_witness=True, rerun="off")
+    assert instrumentation.capture_witness_enabled()
+    t.shutdown()
+    assert not instrumentation.capture_witness_enabled()
+
+
 @settings(max_examples=60, deadline=None)
 @given(round_=st.one_of(st.integers(), st.floats(), st.text(), st.none()),
        poly=st.one_of(st.lists(st.one_of(st.integers(0, 2**31), st.floats(), st.text(),

@@ -268,6 +268,11 @@ def build(options: Options) -> Telemetry:
                                    shutdown_on_exit=False)
     mapping.install_metrics(parts.tracer_provider, meter_provider, options.mapper)
     instrumentation.set_capture_witness(options.capture_witness)
+    if options.capture_witness:
+        # Witness capture is process-wide: once this pipeline (and its privacy filter) is
+        # shut down, a tracer on another provider must not go on recording witness data
+        # into spans that an unfiltered exporter may send.
+        parts.closers.append(functools.partial(instrumentation.set_capture_witness, False))
     instrumentation.set_max_events_per_span(options.max_events_per_span)
     parts.closers.append(functools.partial(instrumentation.release_max_events_per_span,
                                            options.max_events_per_span))
