@@ -253,9 +253,10 @@ class Ingest:
                       reply_by: float | None = None) -> Result:
         total = feed.span_count(request)
         # Pushed back before anything is accepted when the request does not fit beside
-        # what is queued (a request with a deadline first waits for room until then);
-        # a queue that is empty takes it a chunk at a time below.
-        if self._backlog_full(max(total, 1)) and not self._room_by(max(total, 1), reply_by):
+        # what is queued; a queue that is empty takes it a chunk at a time below. A
+        # request with a deadline is not: its first chunk waits for room below, as later
+        # chunks do.
+        if reply_by is None and self._backlog_full(max(total, 1)):
             return self._refuse_full(total)
         # Room is waited for while the sender is still there to hear the answer: until
         # its own deadline (gRPC), else reply_within_s (OTLP/HTTP has no deadline).
@@ -330,17 +331,6 @@ class Ingest:
                 queued, capacity = got
                 if queued > 0 and queued + spans > capacity:
                     return True
-        return False
-
-    def _room_by(self, spans: int, reply_by: float | None) -> bool:
-        """Wait until the span queues can take ``spans`` more, at most until
-        ``reply_by`` (None: do not wait). Whether the room came."""
-        if reply_by is None:
-            return False
-        while time.monotonic() < reply_by and not self._stopping.is_set():
-            time.sleep(QUEUE_POLL_S)
-            if not self._backlog_full(spans):
-                return True
         return False
 
     def _cannot_take(self, spans: list[ReadableSpan]) -> bool:
