@@ -184,7 +184,7 @@ def tiny(spans: int = 80_000) -> dict[str, float]:
             n = ExportTraceServiceResponse.FromString(raw).partial_success.rejected_spans
             code = "OK"
         except grpc.RpcError as exc:
-            n = 0  # refused whole (UNAVAILABLE): nothing accepted, nothing to tell
+            n = 0  # refused whole: nothing accepted, nothing to tell
             code = exc.code().name
         with lock:
             told[0] += n
@@ -206,6 +206,7 @@ def tiny(spans: int = 80_000) -> dict[str, float]:
             "told not taken": told[0],
             "answered OK": codes.count("OK"),
             "refused whole (UNAVAILABLE)": codes.count("UNAVAILABLE"),
+            "refused over budget (RESOURCE_EXHAUSTED)": codes.count("RESOURCE_EXHAUSTED"),
             "answered late (DEADLINE_EXCEEDED)": codes.count("DEADLINE_EXCEEDED"),
             "dropped after OK": int(dropped.group(1)) if dropped else 0}
 
