@@ -149,3 +149,24 @@ def test_a_held_grpc_request_is_refused_and_counted_when_the_receiver_stops() ->
         assert receiver.stats().get("requests.traces.over_budget", 0) == before + 1
         with contextlib.suppress(grpc.RpcError):
             first.result(timeout=10)
+
+
+def test_a_hostile_deadline_holds_a_request_no_longer_than_serve_allows(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # An hour's deadline must not hold one of the 16 gRPC worker threads for most of it.
+    from otel_proofscope.integrations.otlp_receiver import grpc_server
+
+    monkeypatch.setattr(grpc_server, "MAX_HOLD_S", 1.0)
+    held = Held()
+    with _receiver(held) as (receiver, export):
+        big = _request(8, 100_000)
+        first = export.future(big, timeout=30)
+        assert held.entered.wait(10)
+        start = time.monotonic()
+        with pytest.raises(grpc.RpcError) as err:
+            export(big, timeout=3600)
+        assert 0.9 <= time.monotonic() - start < 5.0
+        assert err.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert receiver.stats().get("requests.traces.over_budget", 0) == 1
+        held.release.set()
+        first.result(timeout=20)

@@ -27,6 +27,10 @@ from otel_proofscope.integrations.otlp_receiver.core import Ingest, Outcome
 CEILING_FACTOR = 4
 #: Seconds in-flight calls get to finish when the server stops.
 STOP_GRACE_S = 2.0
+#: The longest a request is held for room, whatever deadline it sets: a hostile client
+#: with an hour's deadline must not keep a worker thread (there are 16) for most of it.
+#: The OTLP exporters' default timeout is 10 s, which this leaves untouched.
+MAX_HOLD_S = 10.0
 
 GRPC_CODE: dict[Outcome, grpc.StatusCode] = {
     Outcome.OK: grpc.StatusCode.OK,
@@ -56,14 +60,15 @@ _METRICS_SERVICE = metrics_service_pb2.DESCRIPTOR.services_by_name["MetricsServi
 
 def _reply_by(context: grpc.ServicerContext) -> float | None:
     """When the client needs its answer: its deadline less a margin for the reply to
-    travel (None: no deadline given)."""
+    travel, and never more than :data:`MAX_HOLD_S` from now (None: no deadline given)."""
     remaining: float | None = context.time_remaining()
     if remaining is None or remaining > 1e9:  # grpcio's "no deadline" is huge, not None
         return None
     # The margin covers the chunk in hand, the answer's trip and a full collection on a
     # loaded machine (measured: 4 of 4 answers late with 10 %): an
     # answer past the deadline is a failure to the client, which resends what we took.
-    return time.monotonic() + max(0.0, remaining - max(2.0, 0.3 * remaining))
+    return time.monotonic() + min(MAX_HOLD_S,
+                                  max(0.0, remaining - max(2.0, 0.3 * remaining)))
 
 
 def _export(ingest: Ingest, signal: codec.Signal, body: bytes,
