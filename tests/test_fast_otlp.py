@@ -4,6 +4,7 @@ delivers to real gRPC and HTTP receivers on 127.0.0.1 within its timeout."""
 from __future__ import annotations
 
 import gzip
+import logging
 import math
 import random
 import socket
@@ -36,6 +37,7 @@ from serve_helpers import ProtobufReplies
 
 from otel_proofscope.ledger import DropKey, DropLedger
 from otel_proofscope.otlp.encode import encode_export_request
+from otel_proofscope.pipeline.failure_log import FailureLog
 from otel_proofscope.pipeline.fast_otlp import FastOTLPSpanExporter
 from otel_proofscope.pipeline.processor import BoundedBatchSpanProcessor
 from otel_proofscope.semconv import DropReason
@@ -543,3 +545,76 @@ def test_live_sdk_span_objects_encode_the_same() -> None:
     span.add_event("e", {"k": True})
     span.end()
     _assert_same([span])  # type: ignore[list-item]
+
+
+# ── failure lines: the first in full, then at most one per interval ────────────────────
+
+
+def _export_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records
+            if r.name == "otel_proofscope.pipeline.fast_otlp" and r.levelno == logging.WARNING]
+
+
+def test_a_dead_collector_is_warned_about_once_not_once_per_batch(
+        caplog: pytest.LogCaptureFixture) -> None:
+    port = _dead_port()
+    ledger = DropLedger(log_interval_s=3600)
+    exporter = FastOTLPSpanExporter(f"http://127.0.0.1:{port}", timeout=0.3, ledger=ledger)
+    caplog.set_level(logging.WARNING)
+    for _ in range(4):
+        assert exporter.export(_sample_spans()) == SpanExportResult.FAILURE
+    exporter.shutdown()
+    lines = _export_warnings(caplog)
+    assert len(lines) == 1, lines
+    assert f"127.0.0.1:{port}" in lines[0] and "4 span(s)" in lines[0]
+
+
+def test_recovery_is_said_once_and_the_next_failure_is_warned_at_once(
+        caplog: pytest.LogCaptureFixture) -> None:
+    receiver = _HttpReceiver(statuses=[400, 400, 200, 400])
+    caplog.set_level(logging.WARNING)
+    try:
+        exporter = FastOTLPSpanExporter(f"http://127.0.0.1:{receiver.port}/v1/traces",
+                                        protocol="http/protobuf", timeout=5,
+                                        ledger=DropLedger(log_interval_s=3600))
+        results = [exporter.export(_sample_spans()) for _ in range(4)]
+        exporter.shutdown()
+    finally:
+        receiver.close()
+    assert results == [SpanExportResult.FAILURE, SpanExportResult.FAILURE,
+                       SpanExportResult.SUCCESS, SpanExportResult.FAILURE]
+    lines = _export_warnings(caplog)
+    assert len(lines) == 3, lines
+    assert "failed: HTTP 400" in lines[0]
+    assert "works again after 2 failed export(s)" in lines[1]
+    assert "failed: HTTP 400" in lines[2]
+
+
+def test_the_line_after_an_interval_counts_the_failures_not_logged() -> None:
+    log = logging.getLogger("test_fast_otlp.failure_log")
+    records: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(record.getMessage())
+
+    handler = Keep()
+    log.addHandler(handler)
+    try:
+        failures = FailureLog(log, "collector:4317", interval_s=0.2)
+        failures.failed(10, "export of %d span(s) failed", 10)
+        for _ in range(3):
+            failures.failed(5, "export of %d span(s) failed", 5)
+        time.sleep(0.25)
+        failures.failed(7, "export of %d span(s) failed: %s", 7, "refused")
+        failures.succeeded()
+        failures.succeeded()  # said once
+    finally:
+        log.removeHandler(handler)
+    assert records == [
+        "export of 10 span(s) failed",
+        "export of 7 span(s) failed: refused (3 earlier failed export(s) of 15 span(s) to "
+        "collector:4317 not logged one by one)",
+        "OTLP export to collector:4317 works again after 5 failed export(s) (their spans "
+        "are counted in proofscope.dropped)",
+    ]

@@ -30,6 +30,7 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from otel_proofscope.ledger import DROPS, DropLedger
 from otel_proofscope.otlp.encode import encode_export_request
+from otel_proofscope.pipeline.failure_log import FailureLog
 from otel_proofscope.pipeline.invalid_spans import count_invalid
 from otel_proofscope.semconv import DropReason
 
@@ -262,6 +263,7 @@ class FastOTLPSpanExporter(SpanExporter):
             _GrpcTransport(endpoint, insecure, merged, compression)
             if self.protocol == "grpc" else _HttpTransport(endpoint, merged, compression))
         self.endpoint = self._transport.target
+        self._failures = FailureLog(_log, self.endpoint)
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         if self._closed:
@@ -280,17 +282,19 @@ class FastOTLPSpanExporter(SpanExporter):
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                _log.warning("OTLP export of %d span(s) to %s timed out after %.1f s",
-                             len(spans), self.endpoint, self.timeout)
+                self._failures.failed(len(spans), "OTLP export of %d span(s) to %s timed "
+                                      "out after %.1f s", len(spans), self.endpoint,
+                                      self.timeout)
                 return SpanExportResult.FAILURE
             attempt = self._transport.send(body, remaining)
             if attempt.ok:
+                self._failures.succeeded()
                 self._count_refused(refused)
                 self._partial_success(attempt.response)
                 return SpanExportResult.SUCCESS
             if not attempt.retryable or self._stop.is_set():
-                _log.warning("OTLP export of %d span(s) to %s failed: %s",
-                             len(spans), self.endpoint, attempt.detail)
+                self._failures.failed(len(spans), "OTLP export of %d span(s) to %s failed: %s",
+                                      len(spans), self.endpoint, attempt.detail)
                 return SpanExportResult.FAILURE
             backoff = attempt.retry_after
             if backoff is None:
@@ -298,9 +302,9 @@ class FastOTLPSpanExporter(SpanExporter):
                 backoff *= random.uniform(0.8, 1.2)
             attempt_no += 1
             if backoff >= deadline - time.monotonic():
-                _log.warning("OTLP export of %d span(s) to %s failed (%s); no time left to "
-                             "retry within %.1f s", len(spans), self.endpoint, attempt.detail,
-                             self.timeout)
+                self._failures.failed(len(spans), "OTLP export of %d span(s) to %s failed "
+                                      "(%s); no time left to retry within %.1f s", len(spans),
+                                      self.endpoint, attempt.detail, self.timeout)
                 return SpanExportResult.FAILURE
             _log.debug("OTLP export to %s: %s, retrying in %.2f s", self.endpoint,
                        attempt.detail, backoff)
