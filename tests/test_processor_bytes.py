@@ -162,6 +162,49 @@ def test_every_span_is_exported_or_counted_and_the_budget_holds(
     assert proc._queued_bytes == 0
 
 
+class _NoWorker(BoundedBatchSpanProcessor):
+    """Queues and counts, never exports: what is queued stays put to be compared."""
+
+    def _start_worker(self) -> None:
+        self._worker = threading.Thread()  # never started
+
+
+@settings(max_examples=30, deadline=None)
+@given(events=st.lists(st.integers(0, 24), min_size=1, max_size=60),
+       budget_spans=st.integers(1, 12), max_queue=st.integers(1, 40),
+       close_at=st.one_of(st.none(), st.integers(0, 60)))
+def test_a_frame_at_a_time_queues_and_counts_as_span_by_span(
+        events: list[int], budget_spans: int, max_queue: int, close_at: int | None) -> None:
+    """on_end_many (the export process's OTLP queue, a frame at a time) keeps, in order,
+    the spans on_end keeps one by one and counts the others by the same reasons, only
+    once per reason instead of once per span."""
+    keep = Keep()
+    provider = TracerProvider()
+    provider.add_span_processor(keep)
+    spans_with(provider, events)
+    frame = keep.spans
+    budget = budget_spans * (SPAN_BYTES + 2 * 256 + 10 * EVENT_BYTES)
+    outcomes = []
+    for many in (False, True):
+        ledger, gate = DropLedger(), Gate()
+        proc = _NoWorker(gate, sink="gate", max_queue_size=max_queue,
+                         max_queue_bytes=budget, ledger=ledger)
+        head, tail = (frame, []) if close_at is None else (frame[:close_at], frame[close_at:])
+        for part in (head, tail):
+            if many:
+                proc.on_end_many(part)
+            else:
+                for span in part:
+                    proc.on_end(span)
+            proc._closed = close_at is not None  # the rest arrives after the shutdown
+        outcomes.append(([id(s) for s in proc._queue], proc._queued_bytes,
+                          ledger.snapshot(), proc.stats.lost_spans, proc.stats.lost_events))
+    assert outcomes[0] == outcomes[1]
+    queued, _, counted, lost_spans, _ = outcomes[1]
+    assert len(queued) + lost_spans == len(frame)
+    assert sum(n for k, n in counted.items() if k.signal == "spans") == lost_spans
+
+
 def test_worker_starts_with_the_processor_not_on_the_first_span() -> None:
     gate = Gate()
     gate.release.set()

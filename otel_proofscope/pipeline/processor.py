@@ -159,22 +159,40 @@ class BoundedBatchSpanProcessor(SpanProcessor):
         return None
 
     def on_end(self, span: ReadableSpan) -> None:
+        reason = self._enqueue(span)
+        if reason is not None:
+            self._lose([span], reason)
+
+    def on_end_many(self, spans: Sequence[ReadableSpan]) -> None:
+        """:meth:`on_end` for each of ``spans``, in order, with what is lost counted once
+        per reason. Why: the export process hands its OTLP queue a frame at a time, and
+        against a dead collector, counting each lost span on its own (two ledger records
+        under two locks) took ~2.4 s of the child's CPU in a 200,000-span burst, on the
+        thread that also reads the frames the Rerun view waits for."""
+        lost: dict[DropReason, list[ReadableSpan]] = {}
+        enqueue = self._enqueue
+        for span in spans:
+            reason = enqueue(span)
+            if reason is not None:
+                lost.setdefault(reason, []).append(span)
+        for reason, spans_lost in lost.items():
+            self._lose(spans_lost, reason)
+
+    def _enqueue(self, span: ReadableSpan) -> DropReason | None:
+        """Queue ``span``; the reason it was lost instead, or None."""
         if self._closed:
-            self._lose([span], DropReason.SHUTDOWN)
-            return
+            return DropReason.SHUTDOWN
         ctx = span.context
         if ctx is not None and not ctx.trace_flags.sampled:
-            return
+            return None
         queue = self._queue
         if len(queue) >= self._max_queue:
-            self._lose([span], DropReason.QUEUE_FULL)
-            return
+            return DropReason.QUEUE_FULL
         size = estimate_bytes(span)
         # An empty queue takes any span, however large: it would never fit otherwise.
         if queue and (self._queued_bytes + size > self._max_bytes or (
                 self._budget is not None and self._budget.room() < size)):
-            self._lose([span], DropReason.QUEUE_FULL)
-            return
+            return DropReason.QUEUE_FULL
         with self._bytes_lock:
             self._queued_bytes += size
         queue.append(span)
@@ -183,6 +201,7 @@ class BoundedBatchSpanProcessor(SpanProcessor):
         elif len(queue) == self._max_batch:
             with self._cond:
                 self._cond.notify()
+        return None
 
     # ── worker ───────────────────────────────────────────────────────────────────────
 

@@ -174,9 +174,7 @@ class OtlpStage:
             self._ledger.record("spans", OTLP_SINK, DropReason.EXPORT_FAILED, len(spans))
             self._ledger.record("span_events", OTLP_SINK, DropReason.EXPORT_FAILED, events)
             return
-        on_end = self.processor.on_end
-        for span in spans:
-            on_end(span)
+        self.processor.on_end_many(spans)
 
     def exported(self) -> tuple[Counts, int]:
         """Spans and events the processor saw exported (a batch abandoned at the
