@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from otel_proofscope.instrumentation import ProofTracer
 from otel_proofscope.ledger import DROPS, DropLedger
@@ -47,8 +49,10 @@ class _Gate:
     def fits(self, spans: Sequence[ReadableSpan]) -> int:
         return len(spans) if self.open.is_set() else 0
 
-    def submit_spans(self, spans: Sequence[ReadableSpan], *, witness: bool = False) -> int:
-        self.names += [s.name + str(s.attributes.get("proof.layer.index", "")) for s in spans]
+    def submit_spans(self, spans: Sequence[ReadableSpan], *, witness: bool = False,
+                     first: bool = False) -> int:
+        names = [s.name + str(s.attributes.get("proof.layer.index", "")) for s in spans]
+        self.names = names + self.names if first else self.names + names
         self.witness.append(witness)
         return len(spans)
 
@@ -83,7 +87,8 @@ def test_a_full_sink_holds_frames_packed_then_hands_them_over_in_order() -> None
     assert not backlog.drain(0.05)  # the sink is still full
     gate.open.set()
     assert backlog.drain(5.0)
-    assert gate.names == _names(spans)  # every span, in the order it came
+    # Every span, in the order it came, but the proof's root (which ends last) ahead.
+    assert gate.names == _names(spans[-1:] + spans[:-1])
     assert set(gate.witness) == {True}
     # Once it has drained, new frames go straight in again, after the held ones.
     late = _proof(1)
@@ -93,6 +98,75 @@ def test_a_full_sink_holds_frames_packed_then_hands_them_over_in_order() -> None
     assert ledger.total() == 0
 
 
+def test_a_root_goes_ahead_of_what_waits_and_its_frame_keeps_the_rest() -> None:
+    """The root is in the last frame; while earlier frames wait for the sink, it goes
+    to the sink first (to the front of its queue), and its own frame is handed over
+    later without it: every span once."""
+    gate, ledger = _Gate(), DropLedger()
+    backlog = PackedBacklog(gate, ledger, poll_s=0.001)
+    spans = _proof(8)
+    assert spans[-1].parent is None and all(s.parent is not None for s in spans[:-1])
+    for batch, payload in _frames(spans, 3):
+        backlog.submit(batch, payload)
+    gate.open.set()
+    assert backlog.drain(5.0)
+    assert gate.names == _names(spans[-1:] + spans[:-1])
+    backlog.close(1.0)
+    assert ledger.total() == 0
+
+
+def test_a_root_in_a_frame_past_the_bound_is_kept_and_goes_first() -> None:
+    gate, ledger = _Gate(), DropLedger()
+    spans = _proof(6)  # 6 layers, then the root
+    frames = _frames(spans, 2)
+    backlog = PackedBacklog(gate, ledger, poll_s=0.001,
+                            max_bytes=len(frames[0][1]) + len(frames[1][1]))
+    for batch, payload in frames:
+        backlog.submit(batch, payload)
+    lost = [s for batch, _ in frames[2:] for s in batch][:-1]  # all but the root
+    assert ledger.total(signal="spans", sink="rerun", reason="queue_full") == len(lost)
+    assert ledger.total(signal="span_events", sink="rerun", reason="queue_full") == sum(
+        len(s.events) for s in lost)
+    gate.open.set()
+    assert backlog.drain(5.0)
+    assert gate.names == _names(spans[-1:] + spans[:4])
+    backlog.close(1.0)
+
+
+def test_many_roots_in_a_frame_keep_their_order() -> None:
+    """A frame of single-span traces (every span a root) is no reason to reorder."""
+    gate, ledger = _Gate(), DropLedger()
+    backlog = PackedBacklog(gate, ledger, poll_s=0.001)
+    provider = TracerProvider()
+    keep = InMemorySpanExporter()
+    provider.add_span_processor(SimpleSpanProcessor(keep))
+    tracer = provider.get_tracer("t")
+    for i in range(12):
+        with tracer.start_as_current_span(f"single{i}"):
+            pass
+    spans = list(keep.get_finished_spans())
+    for batch, payload in _frames(spans, 6):  # more roots a frame than go ahead
+        backlog.submit(batch, payload)
+    gate.open.set()
+    assert backlog.drain(5.0)
+    assert gate.names == [f"single{i}" for i in range(12)]
+    backlog.close(1.0)
+
+
+def test_a_root_still_waiting_at_the_deadline_is_counted_once() -> None:
+    gate, ledger = _Gate(), DropLedger()
+    backlog = PackedBacklog(gate, ledger, poll_s=0.001)
+    spans = _proof(5)
+    for batch, payload in _frames(spans, 2):
+        backlog.submit(batch, payload)
+    backlog.close(0.1)
+    time.sleep(0.05)  # the feeder gives up on what it holds
+    assert ledger.total(signal="spans", sink="rerun", reason="shutdown") == len(spans)
+    assert ledger.total(signal="span_events", sink="rerun", reason="shutdown") == sum(
+        len(s.events) for s in spans)
+    assert gate.names == []
+
+
 def test_past_its_bound_a_frame_is_counted_for_rerun() -> None:
     gate, ledger = _Gate(), DropLedger()
     spans = _proof(6)
@@ -100,13 +174,13 @@ def test_past_its_bound_a_frame_is_counted_for_rerun() -> None:
     backlog = PackedBacklog(gate, ledger, max_bytes=len(frames[0][1]) + len(frames[1][1]))
     for batch, payload in frames:
         backlog.submit(batch, payload)
-    lost = frames[2:]
+    lost = frames[2:-1]  # the last frame is the proof's root: it is kept (below)
     assert ledger.total(signal="spans", sink="rerun", reason="queue_full") == len(lost)
     assert ledger.total(signal="span_events", sink="rerun", reason="queue_full") == sum(
         len(s.events) for batch, _ in lost for s in batch)
     gate.open.set()
     assert backlog.drain(5.0)
-    assert gate.names == _names(spans[:2])
+    assert gate.names == _names(spans[-1:] + spans[:2])
     backlog.close(1.0)
 
 

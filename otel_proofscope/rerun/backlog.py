@@ -12,7 +12,16 @@ Bounded: at most :data:`MAX_BYTES` of frames, and in the export process no more 
 shared byte budget leaves (:mod:`otel_proofscope.pipeline.budget`); a frame past that is
 counted lost for the Rerun sink (``queue_full``), as is whatever still waits when
 :meth:`PackedBacklog.close` runs out of time (``shutdown``). Order is kept: while
-anything waits, new frames queue behind it.
+anything waits, new frames queue behind it, except a trace's root.
+
+A root (a span without a parent) goes ahead of what waits, to the front of the sink's
+queue: it ends last, so it is in the last frame, and when the exit bound cut a 200,000-span
+burst's tail (42,756 spans, counted) the root went with it and the view drew every span
+it had as an orphan of a parent never received. Ahead of the others (and kept when the
+rest of its frame is past the bound), the root is drawn with the next batch and what
+follows goes straight under it. At most
+:data:`MAX_ROOTS_PER_FRAME` a frame and :data:`MAX_ROOTS` waiting (unpacked, a few KB
+each); a frame of more roots (many single-span traces) keeps its order.
 """
 
 from __future__ import annotations
@@ -39,6 +48,9 @@ _log = logging.getLogger(__name__)
 MAX_BYTES = 64 * 2**20
 #: How often the feeder looks whether the sink has room again.
 POLL_S = 0.005
+#: Roots taken ahead of what waits, per frame and in all (see the module).
+MAX_ROOTS_PER_FRAME = 4
+MAX_ROOTS = 64
 
 
 class SpanQueue(Protocol):
@@ -46,22 +58,37 @@ class SpanQueue(Protocol):
 
     def fits(self, spans: Sequence[ReadableSpan]) -> int: ...
 
-    def submit_spans(self, spans: Sequence[ReadableSpan], *, witness: bool = False) -> int: ...
+    def submit_spans(self, spans: Sequence[ReadableSpan], *, witness: bool = False,
+                     first: bool = False) -> int: ...
 
 
 class _Held:
-    """A frame's spans from ``skip`` on (the first ``skip`` went straight in)."""
+    """A frame's spans from ``skip`` on (the first ``skip`` went straight in), less
+    those at ``taken`` (indices from ``skip``: roots that went ahead)."""
 
-    __slots__ = ("clean", "events", "payload", "skip", "spans", "witness")
+    __slots__ = ("clean", "events", "payload", "skip", "spans", "taken", "witness")
 
     def __init__(self, payload: bytes, skip: int, spans: int, events: int,
-                 witness: bool, clean: bool = False) -> None:
+                 witness: bool, clean: bool = False, taken: frozenset[int] = frozenset()
+                 ) -> None:
         self.payload = payload
         self.skip = skip
         self.spans = spans
         self.events = events
         self.witness = witness
         self.clean = clean  # no record of the frame was refused by its first unpack
+        self.taken = taken
+
+
+def _roots(spans: Sequence[ReadableSpan]) -> list[int]:
+    """Where the roots of ``spans`` are, if there are few enough to go ahead."""
+    at: list[int] = []
+    for i, span in enumerate(spans):
+        if span.parent is None:
+            if len(at) == MAX_ROOTS_PER_FRAME:
+                return []
+            at.append(i)
+    return at
 
 
 class PackedBacklog:
@@ -76,6 +103,9 @@ class PackedBacklog:
         self._max_bytes = max(1, max_bytes)
         self._poll_s = poll_s
         self._held: collections.deque[_Held] = collections.deque()
+        #: Roots gone ahead of ``_held``, unpacked, with their frame's witness flag.
+        self._roots: collections.deque[tuple[list[ReadableSpan], bool]] = collections.deque()
+        self._root_count = 0
         self._bytes = 0
         self._feeding = False  # a frame taken off the deque, not yet submitted
         self._closed = False
@@ -96,17 +126,29 @@ class PackedBacklog:
         if not spans:
             return
         with self._cond:
-            now = 0 if self._held or self._feeding or self._closed \
+            now = 0 if self._held or self._roots or self._feeding or self._closed \
                 else self._sink.fits(spans)
             if now < len(spans):
                 rest = spans[now:]
                 events = sum(map(event_count, rest))
+                # A trace's root goes ahead, even of a frame past the bound: without
+                # it the view draws every span it has as an orphan.
+                at = _roots(rest) if not self._closed and \
+                    self._root_count < MAX_ROOTS else []
+                if at:
+                    roots = [rest[i] for i in at]
+                    self._roots.append((roots, witness))
+                    self._root_count += len(roots)
+                    events -= sum(map(event_count, roots))
+                    self._start()
+                    self._cond.notify_all()
                 if self._closed or self._bytes + len(payload) > self._max_bytes or (
                         self._budget is not None and self._budget.room() < len(payload)):
                     reason = DropReason.SHUTDOWN if self._closed else DropReason.QUEUE_FULL
-                    self._lose(len(rest), events, reason)
+                    self._lose(len(rest) - len(at), events, reason)
                 else:
-                    self._held.append(_Held(payload, now, len(rest), events, witness, clean))
+                    self._held.append(_Held(payload, now, len(rest) - len(at), events,
+                                            witness, clean, frozenset(at)))
                     self._bytes += len(payload)
                     self.peak_bytes = max(self.peak_bytes, self._bytes)
                     self._start()
@@ -119,7 +161,7 @@ class PackedBacklog:
         flush the sink after this)."""
         deadline = time.monotonic() + max(timeout_s, 0.0)
         with self._cond:
-            while self._held or self._feeding:
+            while self._held or self._roots or self._feeding:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return False
@@ -134,10 +176,15 @@ class PackedBacklog:
             self._give_up = not drained
             lost = list(self._held)
             self._held.clear()
+            roots = [span for spans, _ in self._roots for span in spans]
+            self._roots.clear()
+            self._root_count = 0
             self._bytes = 0
             self._cond.notify_all()
         for held in lost:
             self._lose(held.spans, held.events, DropReason.SHUTDOWN)
+        if roots:
+            self._lose(len(roots), sum(map(event_count, roots)), DropReason.SHUTDOWN)
 
     # ── the feeder thread ────────────────────────────────────────────────────────────
 
@@ -151,12 +198,29 @@ class PackedBacklog:
     def _feed(self) -> None:
         while True:
             with self._cond:
-                while not self._held and not self._closed:
+                while not self._held and not self._roots and not self._closed:
                     self._cond.wait()
-                if not self._held:
+                if self._roots:
+                    roots, witness = self._roots.popleft()
+                    self._feeding = True
+                elif not self._held:
                     return
-                held = self._held.popleft()
-                self._feeding = True  # its bytes stay counted: they are held until handed over
+                else:
+                    roots = []
+                    held = self._held.popleft()
+                    self._feeding = True  # its bytes stay counted until handed over
+            if roots:
+                try:
+                    self._offer(roots, witness, first=True)
+                except Exception as exc:  # the feeder must survive anything
+                    _log.warning("rerun backlog: a root could not be drawn: %r", exc)
+                    self._lose(len(roots), sum(map(event_count, roots)), DropReason.INVALID)
+                with self._cond:
+                    self._feeding = False
+                    if not self._closed:  # close() has zeroed the count already
+                        self._root_count -= len(roots)
+                    self._cond.notify_all()
+                continue
             try:
                 self._hand_over(held)
             except Exception as exc:  # the feeder must survive anything
@@ -173,10 +237,18 @@ class PackedBacklog:
         # with none refused needs no second check of its round records to be the same.
         spans = span_wire.unpack_spans(held.payload,
                                        check_records=not held.clean).spans[held.skip:]
+        if held.taken:
+            spans = [span for i, span in enumerate(spans) if i not in held.taken]
+        self._offer(spans, held.witness)
+
+    def _offer(self, spans: Sequence[ReadableSpan], witness: bool, *,
+               first: bool = False) -> None:
+        """Hand ``spans`` to the sink as it has room; what is left when the close gives
+        up is counted."""
         while spans:
             n = self._sink.fits(spans)
             if n:
-                self._sink.submit_spans(spans[:n], witness=held.witness)
+                self._sink.submit_spans(spans[:n], witness=witness, first=first)
                 spans = spans[n:]
                 continue
             with self._cond:

@@ -225,8 +225,11 @@ class RerunSink:
 
     # ── producer side (exporter threads): never blocks, never calls Rerun ────────────
 
-    def submit_spans(self, spans: Sequence[ReadableSpan], *, witness: bool = False) -> int:
-        """Queue ``spans``; returns how many were accepted (the rest are counted)."""
+    def submit_spans(self, spans: Sequence[ReadableSpan], *, witness: bool = False,
+                     first: bool = False) -> int:
+        """Queue ``spans`` (ahead of everything queued if ``first``: a trace's root the
+        export process's backlog let go ahead); returns how many were accepted (the rest
+        are counted)."""
         if not spans:
             return 0
         if self._forked:
@@ -241,9 +244,12 @@ class RerunSink:
                 accepted, size = self._fitting(sizes)
                 if accepted > 0:
                     batch = list(spans[:accepted])
-                    self._queue.append(_Item("spans", batch, accepted,
-                                             sum(event_count(s) for s in batch), witness,
-                                             size=size))
+                    item = _Item("spans", batch, accepted,
+                                 sum(event_count(s) for s in batch), witness, size=size)
+                    if first:
+                        self._queue.appendleft(item)
+                    else:
+                        self._queue.append(item)
                     self._queued += accepted
                     self._queued_bytes += size
                     self._cond.notify()
