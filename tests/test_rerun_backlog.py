@@ -115,24 +115,6 @@ def test_a_root_goes_ahead_of_what_waits_and_its_frame_keeps_the_rest() -> None:
     assert ledger.total() == 0
 
 
-def test_a_root_in_a_frame_past_the_bound_is_kept_and_goes_first() -> None:
-    gate, ledger = _Gate(), DropLedger()
-    spans = _proof(6)  # 6 layers, then the root
-    frames = _frames(spans, 2)
-    backlog = PackedBacklog(gate, ledger, poll_s=0.001,
-                            max_bytes=len(frames[0][1]) + len(frames[1][1]))
-    for batch, payload in frames:
-        backlog.submit(batch, payload)
-    lost = [s for batch, _ in frames[2:] for s in batch][:-1]  # all but the root
-    assert ledger.total(signal="spans", sink="rerun", reason="queue_full") == len(lost)
-    assert ledger.total(signal="span_events", sink="rerun", reason="queue_full") == sum(
-        len(s.events) for s in lost)
-    gate.open.set()
-    assert backlog.drain(5.0)
-    assert gate.names == _names(spans[-1:] + spans[:4])
-    backlog.close(1.0)
-
-
 def test_many_roots_in_a_frame_keep_their_order() -> None:
     """A frame of single-span traces (every span a root) is no reason to reorder."""
     gate, ledger = _Gate(), DropLedger()
@@ -153,38 +135,28 @@ def test_many_roots_in_a_frame_keep_their_order() -> None:
     backlog.close(1.0)
 
 
-def test_a_root_still_waiting_at_the_deadline_is_counted_once() -> None:
+@pytest.mark.parametrize("per", [1, 2], ids=["root alone", "root with a layer"])
+def test_past_its_bound_a_frame_is_counted_for_rerun_but_its_root(per: int) -> None:
     gate, ledger = _Gate(), DropLedger()
-    backlog = PackedBacklog(gate, ledger, poll_s=0.001)
-    spans = _proof(5)
-    for batch, payload in _frames(spans, 2):
-        backlog.submit(batch, payload)
-    backlog.close(0.1)
-    time.sleep(0.05)  # the feeder gives up on what it holds
-    assert ledger.total(signal="spans", sink="rerun", reason="shutdown") == len(spans)
-    assert ledger.total(signal="span_events", sink="rerun", reason="shutdown") == sum(
-        len(s.events) for s in spans)
-    assert gate.names == []
-
-
-def test_past_its_bound_a_frame_is_counted_for_rerun() -> None:
-    gate, ledger = _Gate(), DropLedger()
-    spans = _proof(6)
-    frames = _frames(spans, 1)
-    backlog = PackedBacklog(gate, ledger, max_bytes=len(frames[0][1]) + len(frames[1][1]))
+    spans = _proof(6)  # 6 layers, then the proof's root
+    frames = _frames(spans, per)
+    backlog = PackedBacklog(gate, ledger, poll_s=0.001,
+                            max_bytes=len(frames[0][1]) + len(frames[1][1]))
     for batch, payload in frames:
         backlog.submit(batch, payload)
-    lost = frames[2:-1]  # the last frame is the proof's root: it is kept (below)
+    kept = 2 * per
+    lost = spans[kept:-1]  # the root is kept and goes first
     assert ledger.total(signal="spans", sink="rerun", reason="queue_full") == len(lost)
     assert ledger.total(signal="span_events", sink="rerun", reason="queue_full") == sum(
-        len(s.events) for batch, _ in lost for s in batch)
+        len(s.events) for s in lost)
     gate.open.set()
     assert backlog.drain(5.0)
-    assert gate.names == _names(spans[-1:] + spans[:2])
+    assert gate.names == _names(spans[-1:] + spans[:kept])
     backlog.close(1.0)
 
 
 def test_what_still_waits_at_the_deadline_is_counted_as_shutdown() -> None:
+    """Held frames and the root gone ahead of them (its own frame), each counted once."""
     gate, ledger = _Gate(), DropLedger()
     backlog = PackedBacklog(gate, ledger, poll_s=0.001)
     spans = _proof(4)
