@@ -80,6 +80,10 @@ class _Held:
         self.taken = taken
 
 
+#: Roots that went ahead of the held frames, and their frame's witness flag.
+_Roots = tuple[list[ReadableSpan], bool]
+
+
 def _roots(spans: Sequence[ReadableSpan]) -> list[int]:
     """Where the roots of ``spans`` are, if there are few enough to go ahead."""
     at: list[int] = []
@@ -104,8 +108,7 @@ class PackedBacklog:
         self._poll_s = poll_s
         self._held: collections.deque[_Held] = collections.deque()
         #: Roots gone ahead of ``_held``, unpacked, with their frame's witness flag.
-        self._roots: collections.deque[tuple[list[ReadableSpan], bool]] = collections.deque()
-        self._root_count = 0
+        self._roots: collections.deque[_Roots] = collections.deque()
         self._bytes = 0
         self._feeding = False  # a frame taken off the deque, not yet submitted
         self._closed = False
@@ -133,15 +136,12 @@ class PackedBacklog:
                 events = sum(map(event_count, rest))
                 # A trace's root goes ahead, even of a frame past the bound: without
                 # it the view draws every span it has as an orphan.
-                at = _roots(rest) if not self._closed and \
-                    self._root_count < MAX_ROOTS else []
+                waiting = sum(len(r) for r, _ in self._roots)
+                at = _roots(rest) if not self._closed and waiting < MAX_ROOTS else []
                 if at:
                     roots = [rest[i] for i in at]
                     self._roots.append((roots, witness))
-                    self._root_count += len(roots)
                     events -= sum(map(event_count, roots))
-                    self._start()
-                    self._cond.notify_all()
                 if self._closed or self._bytes + len(payload) > self._max_bytes or (
                         self._budget is not None and self._budget.room() < len(payload)):
                     reason = DropReason.SHUTDOWN if self._closed else DropReason.QUEUE_FULL
@@ -151,6 +151,7 @@ class PackedBacklog:
                                             witness, clean, frozenset(at)))
                     self._bytes += len(payload)
                     self.peak_bytes = max(self.peak_bytes, self._bytes)
+                if self._held or self._roots:
                     self._start()
                     self._cond.notify_all()
         if now:  # outside the lock: the sink's own lock, and nothing is held before these
@@ -178,7 +179,6 @@ class PackedBacklog:
             self._held.clear()
             roots = [span for spans, _ in self._roots for span in spans]
             self._roots.clear()
-            self._root_count = 0
             self._bytes = 0
             self._cond.notify_all()
         for held in lost:
@@ -200,36 +200,29 @@ class PackedBacklog:
             with self._cond:
                 while not self._held and not self._roots and not self._closed:
                     self._cond.wait()
-                if self._roots:
-                    roots, witness = self._roots.popleft()
-                    self._feeding = True
-                elif not self._held:
+                if not self._held and not self._roots:
                     return
-                else:
-                    roots = []
-                    held = self._held.popleft()
-                    self._feeding = True  # its bytes stay counted until handed over
-            if roots:
-                try:
-                    self._offer(roots, witness, first=True)
-                except Exception as exc:  # the feeder must survive anything
-                    _log.warning("rerun backlog: a root could not be drawn: %r", exc)
-                    self._lose(len(roots), sum(map(event_count, roots)), DropReason.INVALID)
-                with self._cond:
-                    self._feeding = False
-                    if not self._closed:  # close() has zeroed the count already
-                        self._root_count -= len(roots)
-                    self._cond.notify_all()
-                continue
+                # Roots first (see the module); a frame's bytes stay counted until it
+                # is handed over.
+                item: _Roots | _Held = self._roots.popleft() if self._roots \
+                    else self._held.popleft()
+                self._feeding = True
             try:
-                self._hand_over(held)
+                if isinstance(item, _Held):
+                    self._hand_over(item)
+                else:
+                    self._offer(*item, first=True)
             except Exception as exc:  # the feeder must survive anything
-                _log.warning("rerun backlog: a held frame could not be drawn: %r", exc)
-                self._lose(held.spans, held.events, DropReason.INVALID)
+                _log.warning("rerun backlog: held spans could not be drawn: %r", exc)
+                if isinstance(item, _Held):
+                    self._lose(item.spans, item.events, DropReason.INVALID)
+                else:
+                    self._lose(len(item[0]), sum(map(event_count, item[0])),
+                               DropReason.INVALID)
             with self._cond:
                 self._feeding = False
-                if not self._closed:  # close() has zeroed the count already
-                    self._bytes -= len(held.payload)
+                if isinstance(item, _Held) and not self._closed:  # else zeroed by close()
+                    self._bytes -= len(item.payload)
                 self._cond.notify_all()
 
     def _hand_over(self, held: _Held) -> None:
