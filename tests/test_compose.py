@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 import yaml
+from peers import collector_config, compose_env
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPOSE = shutil.which("docker-compose")
@@ -112,14 +113,21 @@ def test_mounts_exist_and_commands_name_mounted_files(variant: str) -> None:
 
 @needs_compose
 def test_collector_publishes_what_its_config_listens_on() -> None:
+    """The ports compose publishes are those the collector listens on with the
+    environment compose gives it, and its traces go where the Jaeger service listens."""
     services = resolved([BASE])["services"]
     published = {p.split(":")[1] for p in services["otel-collector"]["ports"]}
-    cfg = yaml.safe_load((ROOT / "collector-config/otel-collector.yaml").read_text())
-    listens = {conf["endpoint"].rsplit(":", 1)[1]
-               for conf in cfg["receivers"]["otlp"]["protocols"].values()}
-    listens.add(cfg["exporters"]["prometheus"]["endpoint"].rsplit(":", 1)[1])
-    listens.add(cfg["extensions"]["health_check"]["endpoint"].rsplit(":", 1)[1])
-    assert published == listens
+    cfg = collector_config("otel-collector.yaml", compose_env("otel-collector"))
+    eps = [conf["endpoint"] for conf in cfg["receivers"]["otlp"]["protocols"].values()]
+    eps += [cfg["exporters"]["prometheus"]["endpoint"],
+            cfg["extensions"]["health_check"]["endpoint"]]
+    assert {ep.rsplit(":", 1)[0] for ep in eps} == {"0.0.0.0"}  # reachable in the network
+    assert published == {ep.rsplit(":", 1)[1] for ep in eps}
+    jaeger = collector_config("jaeger.yaml", compose_env("jaeger"))
+    port = jaeger["receivers"]["otlp"]["protocols"]["grpc"]["endpoint"].rsplit(":", 1)[1]
+    assert cfg["exporters"]["otlp_grpc/jaeger"]["endpoint"] == f"jaeger:{port}"
+    ui = jaeger["extensions"]["jaeger_query"]["http"]["endpoint"].rsplit(":", 1)[1]
+    assert {p.split(":")[1] for p in services["jaeger"]["ports"]} == {ui}
     # Prometheus scrapes the collector's exporter port by its service name.
     prom = yaml.safe_load((ROOT / "deploy/prometheus.yml").read_text())
     targets = [t for job in prom["scrape_configs"] for sc in job.get("static_configs", [])
