@@ -12,6 +12,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, Any
 
+from otel_proofscope.mapping.files import preset_names
+
 HELP = "import a profile (Chrome trace-event JSON) as spans and metrics, to OTLP and Rerun"
 
 DESCRIPTION = """\
@@ -81,7 +83,8 @@ def register(sub: Any) -> None:
                    help="input format (default: detected from the content)")
     p.add_argument("--map", default=None, metavar="FILE|PRESET",
                    help="mapping rules that turn the profile's spans into proof phases "
-                        "(a preset: sp1, jolt; or a rule file; default $PROOFSCOPE_MAP)")
+                        f"(a preset: {', '.join(preset_names())}; or a rule file; default "
+                        "$PROOFSCOPE_MAP)")
     p.add_argument("--rebase", choices=("auto", "now", "keep"), default="auto",
                    help="shift the file's times so its first event is now: 'auto' "
                         "(default) unless they already are wall-clock times, 'now' "

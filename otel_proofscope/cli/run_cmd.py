@@ -7,6 +7,8 @@ import sys
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from otel_proofscope.mapping.files import preset_names
+
 if TYPE_CHECKING:
     from otel_proofscope.mapping.lines import LineRules
     from otel_proofscope.mapping.rules import RuleSet
@@ -70,7 +72,8 @@ def register(sub: Any) -> None:
                    help="record the full command line on the span (may contain secrets)")
     p.add_argument("--map", metavar="PRESET|FILE", action="append", default=None,
                    help="rules for the prover's output and spans: rust-tracing (its "
-                        "tracing close lines), a shipped preset (snarkjs, sp1) or a TOML "
+                        "console: close lines, tracing-forest trees, ark-std timers), a "
+                        f"shipped preset ({', '.join(preset_names())}) or a TOML "
                         "rule file; several comma-separated or repeated; default: a preset "
                         "whose [meta].detect matches the command, if any, and rust-tracing "
                         "when close lines appear")

@@ -18,6 +18,7 @@ from otel_proofscope.integrations.otlp_receiver.server import (
     DEFAULT_HOST,
     DEFAULT_HTTP_PORT,
 )
+from otel_proofscope.mapping.files import preset_names
 from otel_proofscope.pipeline.gc_policy import CollectWhenIdle
 
 HELP = "receive OTLP (gRPC/HTTP) from any prover and draw it in Rerun"
@@ -93,7 +94,8 @@ def register(sub: Any) -> None:
                         f"(default $PROOFSCOPE_RERUN, else file:{DEFAULT_RRD})")
     p.add_argument("--map", default=None, metavar="FILE|PRESET",
                    help="mapping rules that turn a foreign prover's spans into proof phases "
-                        "(a preset: sp1, jolt; or a rule file; default $PROOFSCOPE_MAP; "
+                        f"(a preset: {', '.join(preset_names())}; or a rule file; default "
+                        "$PROOFSCOPE_MAP; "
                         "docs/mapping.md)")
     p.add_argument("--forward", default=None, metavar="ENDPOINT",
                    help="re-export what is received over OTLP (mapped names, the original "

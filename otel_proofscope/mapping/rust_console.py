@@ -1,10 +1,11 @@
-"""A Rust prover's tracing close lines, read from its console, as OpenTelemetry spans.
+"""A Rust prover's console, read as OpenTelemetry spans.
 
 ``proofscope run`` hands every output line of the prover to :class:`RustTracingConsole`
-(through :class:`~otel_proofscope.mapping.lines.LineEngine`): lines that are
-tracing-subscriber ``FmtSpan::CLOSE`` lines (:mod:`.rust_tracing`) become spans under the
+(through :class:`~otel_proofscope.mapping.lines.LineEngine`): tracing-subscriber
+``FmtSpan::CLOSE`` lines (:mod:`.rust_tracing`), tracing-forest trees (:mod:`.rust_forest`)
+and arkworks' ``print-trace`` timer lines (:mod:`.ark_timers`) become spans under the
 run's ``proof`` root, with the names, fields and nesting the prover gave them, and
-``proofscope.timing=log_close``. Nothing in the prover changes.
+``proofscope.timing``. Nothing in the prover changes.
 
 A tree is exported when its top-level span closes (a child's parent is known only then),
 so a prover whose outermost span covers the whole proof shows its spans at the end; a
@@ -23,6 +24,12 @@ from opentelemetry import trace
 from opentelemetry.trace import Span
 
 from otel_proofscope.ledger import DROPS
+from otel_proofscope.mapping.ark_timers import (
+    TimerAssembler,
+    TimerLineError,
+    TimerNode,
+    parse_timer_line,
+)
 from otel_proofscope.mapping.lines import LineRules
 from otel_proofscope.mapping.rust_forest import (
     ForestAssembler,
@@ -60,6 +67,7 @@ class RustTracingConsole:
         self.forest = ForestAssembler()
         self.forest_spans = 0
         self.forest_trees = 0
+        self.timers = TimerAssembler()
         self.malformed = 0
         self.errors: list[str] = []
         self._tracer = trace.get_tracer(TRACER_NAME, __version__, tracer_provider)
@@ -76,10 +84,15 @@ class RustTracingConsole:
         try:
             line = parse_close_line(text)
             node = parse_forest_line(text) if line is None else None
-        except CloseLineError as exc:
+            timer = parse_timer_line(text) if line is None and node is None else None
+        except (CloseLineError, TimerLineError) as exc:
             self.malformed += 1
             if len(self.errors) < 5:
                 self.errors.append(f"{NAME}: {exc}")
+            return True
+        if timer is not None:
+            for root in self.timers.add(timer, t_mono + self._offset):
+                self._timer_span(root, self.root)
             return True
         if line is None:
             for tree, arrival in self.forest.add(node, t_mono + self._offset):
@@ -101,11 +114,14 @@ class RustTracingConsole:
         self._emit(self.assembler.finish(t_mono + self._offset))
         for tree, arrival in self.forest.finish():
             self._emit_forest(tree, arrival)
+        for root in self.timers.finish(t_mono + self._offset):
+            self._timer_span(root, self.root)
 
     @property
     def seen(self) -> bool:
         s = self.assembler.stats
-        return bool(s.spans or self.malformed or self.forest_spans or self.forest.malformed)
+        return bool(s.spans or self.malformed or self.forest_spans or self.forest.malformed
+                    or self.timers.timers or self.timers.malformed)
 
     def report(self) -> list[str]:
         """Summary lines (none in auto mode when the prover printed no close line)."""
@@ -113,7 +129,7 @@ class RustTracingConsole:
             return []
         s = self.assembler.stats
         extra = []
-        if s.spans or not self.forest_spans:
+        if s.spans or not (self.forest_spans or self.timers.timers):
             extra.append(f"{s.spans} spans from close lines, {s.trees} "
                          f"{'tree' if s.trees == 1 else 'trees'}")
         if s.unterminated:
@@ -121,6 +137,11 @@ class RustTracingConsole:
         if self.forest_spans:
             extra.append(f"{self.forest_spans} spans from {self.forest_trees} tracing-forest "
                          f"{'tree' if self.forest_trees == 1 else 'trees'}")
+        if self.timers.timers:
+            extra.append(f"{self.timers.timers} spans from {self.timers.trees} ark-std timer "
+                         f"{'tree' if self.timers.trees == 1 else 'trees'}")
+        if self.timers.malformed:
+            extra.append(f"{self.timers.malformed} ark-std timer lines out of order (skipped)")
         if self.forest.malformed:
             extra.append(f"{self.forest.malformed} tracing-forest lines outside a tree")
         if s.ambiguous:
@@ -170,6 +191,17 @@ class RustTracingConsole:
         for child in node.children:
             self._forest_span(child, span, layout)
         span.end(end_time=end)
+
+    def _timer_span(self, node: TimerNode, parent: Span) -> None:
+        attrs: dict[str, str | bool | int | float] = {
+            Attr.PROOFSCOPE_TIMING: Timing.LOG_CLOSE, Attr.MAPPING_RULES: NAME}
+        if node.unterminated:
+            attrs[LineAttr.UNTERMINATED] = True
+        span = self._tracer.start_span(node.label, context=trace.set_span_in_context(parent),
+                                       attributes=attrs, start_time=node.start_ns)
+        for child in node.children:
+            self._timer_span(child, span)
+        span.end(end_time=node.end_ns)
 
     def _span(self, node: Rebuilt, parent: Span) -> None:
         attrs = _typed(node.fields)
