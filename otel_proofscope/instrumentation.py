@@ -353,9 +353,11 @@ class ProofTracer:
                         elif failed:
                             m_attrs[Attr.PROOF_VERIFIED] = False
         finally:
-            # After the span has ended, from its own times: one measurement (as layers).
+            # After the span has ended, from its own times: one measurement (as layers),
+            # in the span's context so that the sample's exemplar names its trace.
             if m_attrs is not None:
-                self._proof_duration.record(span_seconds(span, start), m_attrs)
+                self._proof_duration.record(span_seconds(span, start), m_attrs,
+                                            context=trace.set_span_in_context(span))
 
     def circuit_compile(self, nodes: Sequence[CircuitNode] | None = None) -> _Phase:
         """Circuit compilation; ``nodes`` (or ``handle.set_circuit``) records the DAG."""

@@ -1,4 +1,5 @@
-"""The real peers the tests run against: found through ``scripts/peers``, started on free
+"""The real peers the tests run against: found through ``scripts/peers`` (Collector, Jaeger,
+provers) or installed by ``scripts/test`` (Debian's ``prometheus``), started on free
 127.0.0.1 ports, stopped with their whole process group.
 
 ``scripts/test`` runs ``scripts/peers`` once and names its output file in
@@ -13,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -172,6 +174,14 @@ class Process:
     def output(self) -> str:
         return self.log.read_text(errors="replace")
 
+    def wait_ready(self, what: str, ok: Any, timeout_s: float) -> None:
+        """Until ``ok()``; a peer that never gets there is stopped, not left running."""
+        try:
+            wait_for(what, ok, timeout_s, self.proc, self.log)
+        except BaseException:
+            self.stop()
+            raise
+
     def kill(self) -> None:
         """SIGKILL, as a crash: no shutdown, no flush."""
         if self.proc.poll() is None:
@@ -212,8 +222,8 @@ class Collector(Process):
         for name in configs:
             argv += ["--config", CONFIG_DIR / name]
         super().__init__(argv, workdir / "otelcol.log", {**ports, **(env or {})})
-        wait_for("the collector's health check", lambda: http_text(
-            f"http://127.0.0.1:{self.health}/"), 30, self.proc, self.log)
+        self.wait_ready("the collector's health check", lambda: http_text(
+            f"http://127.0.0.1:{self.health}/"), 30)
 
     @property
     def grpc_endpoint(self) -> str:
@@ -249,8 +259,7 @@ class Jaeger(Process):
         }
         super().__init__([peer("jaeger"), "--config", CONFIG_DIR / "jaeger.yaml"],
                          workdir / "jaeger.log", env)
-        wait_for("Jaeger's query API", lambda: http_json(self.api("services")), 30,
-                 self.proc, self.log)
+        self.wait_ready("Jaeger's query API", lambda: http_json(self.api("services")), 30)
 
     @property
     def otlp_endpoint(self) -> str:
@@ -264,3 +273,64 @@ class Jaeger(Process):
     def traces(self, service: str) -> list[dict[str, Any]]:
         body = http_json(self.api("traces", service=service, limit=1000, lookback="1h"))
         return list(body["data"]) if body and body.get("data") else []
+
+
+class Prometheus(Process):
+    """The Debian prometheus binary (``scripts/test`` installs it) on a free 127.0.0.1
+    port, its config and storage in ``workdir``; ``name`` keeps two apart in one workdir.
+    Missing, it fails the test that needs it, as a peer that was not built does."""
+
+    def __init__(self, config: Mapping[str, Any], workdir: Path, name: str = "prometheus",
+                 flags: Sequence[str] = ()) -> None:
+        binary = shutil.which("prometheus")
+        if binary is None:
+            pytest.fail("prometheus is not installed (Debian package prometheus; scripts/test "
+                        "installs it)", pytrace=False)
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        cfg = workdir / f"{name}.yml"
+        cfg.write_text(yaml.safe_dump(dict(config), sort_keys=False))
+        super().__init__(
+            [binary, f"--config.file={cfg}", f"--storage.tsdb.path={workdir / (name + '-data')}",
+             f"--web.listen-address=127.0.0.1:{self.port}", "--log.level=warn",
+             "--storage.tsdb.retention.time=1h", *flags], workdir / f"{name}.log")
+        try:
+            wait_for(f"{name} ready", lambda: http_text(f"{self.url}/-/ready", 1.0), 30,
+                     self.proc, self.log)
+        except BaseException:  # its own session: nobody else would stop it
+            self.stop()
+            raise
+
+    def api(self, path: str, **params: str | float) -> Any:
+        """``/api/v1/<path>``'s data; a refused query fails with Prometheus's error."""
+        url = f"{self.url}/api/v1/{path}?{urllib.parse.urlencode(params)}"
+        try:
+            with urllib.request.urlopen(url, timeout=10) as r:
+                body = json.loads(r.read())
+        except urllib.error.HTTPError as exc:
+            raise AssertionError(f"{path} {params}: {exc.read().decode()[:500]}") from None
+        assert body["status"] == "success", body
+        return body["data"]
+
+    def query(self, expr: str, at: float | None = None) -> list[dict[str, Any]]:
+        data = self.api("query", query=expr, time=at if at is not None else time.time())
+        result: list[dict[str, Any]] = data["result"]
+        return result
+
+    def query_range(self, expr: str, start: float, end: float,
+                    step_s: float = 1.0) -> list[dict[str, Any]]:
+        data = self.api("query_range", query=expr, start=start, end=end, step=step_s)
+        result: list[dict[str, Any]] = data["result"]
+        return result
+
+
+def scrape_config(file: str, job: str, targets: Sequence[str], interval_s: float,
+                  ) -> dict[str, Any]:
+    """A shipped Prometheus config of deploy/ reduced to one of its jobs, that job's
+    targets replaced (its relabelling kept as shipped) and every interval set."""
+    shipped = yaml.safe_load((ROOT / "deploy" / file).read_text())
+    (scrape,) = [j for j in shipped["scrape_configs"] if j["job_name"] == job]
+    scrape["static_configs"] = [{"targets": list(targets)}]
+    every = f"{interval_s:g}s"
+    return {"global": {"scrape_interval": every, "evaluation_interval": every},
+            "scrape_configs": [scrape]}

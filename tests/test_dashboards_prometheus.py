@@ -1,72 +1,83 @@
-"""The Grafana dashboards against a real Prometheus.
+"""The Grafana dashboards against a real Prometheus that scraped the real Collector.
 
 Fast checks (no server): the dashboard JSON is well formed, every metric a panel
 queries is a name the real OpenTelemetry Prometheus exporter renders for a metric of
 ``otel_proofscope.semconv`` (or a collector spanmetrics name), label matchers only use
 that metric's attributes, and the layer-kind colours are the contract's.
 
-End to end (~20 s): three processes run the demo's reference prover repeatedly behind
-``configure(prometheus_port=…)`` — on the CPU, on wgpu (Mesa lavapipe), and on the CPU of
-an "NVML machine" whose two NVIDIA GPUs the real NVML sampler watches through the
-pynvml stand-in of ``tests/nvml_machine.py`` (no NVIDIA driver exists here; readings
-move with a workload, NVML's counters stay monotone). The Debian ``prometheus`` binary
-scrapes all three every second on 127.0.0.1 with the shipped
-``deploy/prometheus-direct.yml`` (targets and interval replaced), and then every PromQL
-expression of every panel and every template variable is executed over the HTTP API and
-must return finite data. Panels that only the collector's spanmetrics connector can feed
-are skipped with the reason. A GPU panel may be empty only if NO scraped process
-measures its metric and a backend reported the capability gap
-(``gpu.capability.unsupported``), or wgpu found no adapter at all; lavapipe's gaps
-excuse nothing the NVML machine measures.
+End to end (~40 s): three processes run the demo's reference prover repeatedly — on the
+CPU, on wgpu (Mesa lavapipe), and on the CPU of an "NVML machine" whose two NVIDIA GPUs
+the real NVML sampler watches through the pynvml stand-in of ``tests/nvml_machine.py``
+(no NVIDIA driver exists here; readings move with a workload, NVML's counters stay
+monotone). They export OTLP/gRPC (traces, and metrics every second) to the real
+OpenTelemetry Collector of ``scripts/peers`` running ``collector-config/otel-collector.yaml``,
+which sends traces to a real Jaeger and through its spanmetrics connector, and serves
+all metrics on its prometheus exporter. The CPU prover's traces go to a port where
+nothing listens (its metrics still reach the Collector), so the drop panels show real,
+counted losses. Two Debian ``prometheus`` binaries scrape every second on 127.0.0.1:
+
+* route "collector": the Collector's exporter, with the ``otel-collector`` job of the
+  shipped ``deploy/prometheus.yml`` (targets replaced, its relabelling as shipped);
+* route "direct": the provers' own ``configure(prometheus_port=…)`` endpoints, with the
+  shipped ``deploy/prometheus-direct.yml``. The same processes feed both routes.
+
+Every PromQL expression of every panel and every template variable is executed over
+each route's HTTP API and must return finite data; on the collector route that includes
+the spanmetrics panels (``traces_span_metrics_*``), which the direct route cannot feed and
+does not run. A GPU panel may be empty only if NO scraped process measures its metric
+and a backend reported the capability gap (``gpu.capability.unsupported``), or wgpu found
+no adapter at all; lavapipe's gaps excuse nothing the NVML machine measures.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
-import tempfile
 import textwrap
-import threading
 import time
-import urllib.error
-import urllib.parse
-import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 from nvml_machine import MACHINE as NVML_MACHINE
+from peers import (
+    Collector,
+    Jaeger,
+    Prometheus,
+    collector_config,
+    free_port,
+    http_text,
+    scrape_config,
+    wait_for,
+)
 
 from otel_proofscope.semconv import LAYER_KIND_COLOURS, GpuCapability, Metric
 
 ROOT = Path(__file__).resolve().parents[1]
 DASHBOARD_DIR = ROOT / "deploy" / "grafana" / "dashboards"
 DASHBOARD_FILES = sorted(DASHBOARD_DIR.glob("*.json"))
-PROMETHEUS = shutil.which("prometheus")
 PROMTOOL = shutil.which("promtool")
 
 #: Scrape interval of the test's Prometheus; Grafana's $__rate_interval is at least 4×.
 SCRAPE_S = 1
 RATE_INTERVAL = f"{4 * SCRAPE_S}s"
+#: The provers' OTLP metric export period (OTEL_METRIC_EXPORT_INTERVAL, ms).
+METRIC_EXPORT_MS = 1000
 #: Proofs each prover runs; spread over several scrapes so rates see increases.
 PROOFS = 5
-#: Hard bound on the whole end-to-end setup (start, prove, scrape).
-SETUP_DEADLINE_S = 75.0
+#: Hard bound on the whole end-to-end setup (start, prove, two spanmetrics flushes, scrape).
+SETUP_DEADLINE_S = 90.0
 
 SPANMETRICS_PREFIX = "traces_span_metrics_"
-SPANMETRICS_REASON = (
-    "fed only by the collector's spanmetrics connector (traces_span_metrics_*): this test "
-    "scrapes provers directly, there is no OpenTelemetry Collector binary here")
 
 #: Device / kernel metrics a backend may be unable to give → the capability it reports.
 GAP_OF_METRIC: dict[str, GpuCapability] = {
@@ -91,6 +102,8 @@ SPANMETRICS_LABELS = frozenset({"service_name", "span_name", "span_kind", "statu
                                 "proof_layer_proof_kind", "le"})
 
 
+
+
 # ── dashboards as data ───────────────────────────────────────────────────────────────
 
 
@@ -102,13 +115,15 @@ class PanelQuery:
     expr: str
     instant: bool
     legend: str = ""
+    exemplar: bool = False
 
     @property
     def id(self) -> str:
         return f"{self.dashboard}/{self.panel}/{self.ref}"
 
     @property
-    def collector_only(self) -> bool:
+    def spanmetrics(self) -> bool:
+        """Fed by the Collector's spanmetrics connector: only the collector route has it."""
         return SPANMETRICS_PREFIX in self.expr
 
 
@@ -142,7 +157,8 @@ def panel_queries() -> list[PanelQuery]:
             for t in p.get("targets", []):
                 if _is_prometheus(t.get("datasource") or p.get("datasource")):
                     out.append(PanelQuery(d["title"], p["title"], t["refId"], t["expr"],
-                                          bool(t.get("instant")), t.get("legendFormat", "")))
+                                          bool(t.get("instant")), t.get("legendFormat", ""),
+                                          bool(t.get("exemplar"))))
     return out
 
 
@@ -355,73 +371,6 @@ def test_prometheus_configs_are_valid(name: str) -> None:
 # ── a real Prometheus ────────────────────────────────────────────────────────────────
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-class Prometheus:
-    """The Debian prometheus binary on 127.0.0.1 with a temp config and storage."""
-
-    def __init__(self, config: dict[str, Any], workdir: Path) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        cfg = workdir / "prometheus.yml"
-        cfg.write_text(yaml.safe_dump(config, sort_keys=False))
-        self.log = workdir / "prometheus.log"
-        assert PROMETHEUS is not None
-        with self.log.open("w") as log:
-            self.proc = subprocess.Popen(
-                [PROMETHEUS, f"--config.file={cfg}", f"--storage.tsdb.path={workdir / 'data'}",
-                 f"--web.listen-address=127.0.0.1:{self.port}", "--log.level=warn",
-                 "--storage.tsdb.retention.time=1h"],
-                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-
-    def wait_ready(self, timeout_s: float) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise AssertionError(f"prometheus exited: {self.log.read_text()[-2000:]}")
-            try:
-                with urllib.request.urlopen(f"{self.url}/-/ready", timeout=1) as r:
-                    if r.status == 200:
-                        return
-            except (urllib.error.URLError, ConnectionError, TimeoutError):
-                pass
-            time.sleep(0.2)
-        raise AssertionError(f"prometheus not ready in {timeout_s} s")
-
-    def api(self, path: str, **params: str | float) -> Any:
-        url = f"{self.url}/api/v1/{path}?{urllib.parse.urlencode(params)}"
-        try:
-            with urllib.request.urlopen(url, timeout=10) as r:
-                body = json.loads(r.read())
-        except urllib.error.HTTPError as exc:
-            raise AssertionError(f"{path} {params}: {exc.read().decode()[:500]}") from None
-        assert body["status"] == "success", body
-        return body["data"]
-
-    def query(self, expr: str, at: float | None = None) -> list[dict[str, Any]]:
-        data = self.api("query", query=expr, time=at if at is not None else time.time())
-        result: list[dict[str, Any]] = data["result"]
-        return result
-
-    def query_range(self, expr: str, start: float, end: float) -> list[dict[str, Any]]:
-        data = self.api("query_range", query=expr, start=start, end=end, step=SCRAPE_S)
-        result: list[dict[str, Any]] = data["result"]
-        return result
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(timeout=5)
-
-
 def values(result: list[dict[str, Any]]) -> list[float]:
     out = []
     for series in result:
@@ -430,38 +379,21 @@ def values(result: list[dict[str, Any]]) -> list[float]:
     return out
 
 
-# A hand-written sample of what the collector's prometheus exporter serves (its
-# `_ratio` suffix for unit-1 gauges, job/instance from service.name/.instance.id), to
-# run deploy/prometheus.yml's relabelling through the real Prometheus.
-COLLECTOR_STYLE_EXPOSITION = b"""\
-# TYPE hw_gpu_utilization_ratio gauge
-hw_gpu_utilization_ratio{job="svc-through-collector",instance="i-1",hw_id="gpu-0"} 0.25
-# TYPE target_info gauge
-target_info{job="svc-through-collector",instance="i-1",host_name="h"} 1
-"""
-
-
-class _Exposition(BaseHTTPRequestHandler):
-    #: Served until the relabelling has been observed, then withdrawn (Prometheus marks
-    #: the series stale), so the sample never reaches the dashboard queries.
-    body = COLLECTOR_STYLE_EXPOSITION
-
-    def do_GET(self) -> None:
-        self.send_response(200)
-        self.send_header("Content-Type", "text/plain; version=0.0.4")
-        self.end_headers()
-        self.wfile.write(type(self).body)
-
-    def log_message(self, *_: Any) -> None:
-        pass
+#: The scrape job of each route, as shipped, and the Prometheus flags docker-compose.yml
+#: gives the collector route (exemplars carry trace_id from the Collector to Grafana).
+ROUTES = ("collector", "direct")
+ROUTE_JOB = {"collector": ("prometheus.yml", "otel-collector"),
+             "direct": ("prometheus-direct.yml", "proofscope")}
+ROUTE_FLAGS = {"collector": ("--enable-feature=exemplar-storage",), "direct": ()}
 
 
 # ── provers ──────────────────────────────────────────────────────────────────────────
 
 # The reference prover of `proofscope demo` (its network, prover and GPU kernels, and
-# configure(prometheus_port=…) exactly as run_demo uses them), proving several times in
-# one process: `proofscope demo` proves once, and a counter's first sample is never an
-# increase, so one proof per process leaves every rate() panel at zero.
+# configure() as run_demo uses it: OTLP from the OTEL_* environment, plus
+# prometheus_port), proving several times in one process: `proofscope demo` proves
+# once, and a counter's first sample is never an increase, so one proof per process
+# leaves every rate() panel at zero.
 #
 # With machine "nvml" the process is an NVIDIA machine: the real NVML sampler
 # (otel_proofscope.gpu.start_sampler, evidence as `proofscope run` reports it) samples
@@ -517,13 +449,15 @@ class ProverSpec:
     service: str = "proofscope-demo"
     #: "nvml": the process also samples the two-GPU machine of tests/nvml_machine.py
     machine: str = "none"
+    #: its traces go to a port where nothing listens (a collector that is down) while
+    #: its metrics reach the Collector: the drop panels' real, counted losses
+    traces_lost: bool = False
 
 
-#: The scraped processes. The CPU prover exports OTLP to a port where nothing listens (a
-#: collector that is down), so the telemetry-drop panels show real, counted losses; the
-#: others write files. The NVML machine proves on its CPU while its GPUs are sampled.
+#: The processes. All export OTLP to the Collector and serve /metrics for the direct
+#: route; the NVML machine proves on its CPU while its GPUs are sampled.
 PROVERS = {
-    "cpu": ProverSpec("cpu", 0.5),
+    "cpu": ProverSpec("cpu", 0.5, traces_lost=True),
     "wgpu": ProverSpec("wgpu", 0.2),
     "nvml": ProverSpec("cpu", 0.3, service="proofscope-nvml-machine", machine="nvml"),
 }
@@ -534,10 +468,14 @@ NVML_SAMPLE_S = 0.5
 @dataclass
 class Prover:
     name: str
-    backend: str
+    spec: ProverSpec
     port: int
     proc: subprocess.Popen[str]
     log: Path
+
+    @property
+    def backend(self) -> str:
+        return self.spec.backend
 
     def unavailable(self) -> str | None:
         for line in self.log.read_text().splitlines():
@@ -545,13 +483,20 @@ class Prover:
                 return line.split(" ", 1)[1]
         return None
 
+    @property
+    def traced(self) -> bool:
+        """Whether its proofs reach the Collector as traces (and so its spanmetrics)."""
+        return not self.spec.traces_lost and self.unavailable() is None
+
 
 @dataclass
 class Stack:
+    """One route's view of the shared processes: what its Prometheus scraped."""
+
+    route: str
     prometheus: Prometheus
     provers: list[Prover]
-    start: float
-    sample_at: float
+    start: float = 0.0
     end: float = 0.0
     backends: set[str] = field(default_factory=set)
 
@@ -572,14 +517,28 @@ class Stack:
         return "; ".join(reasons) or None
 
 
-def _start_prover(name: str, port: int, workdir: Path) -> Prover:
+@dataclass
+class World:
+    """Everything the module started: the Collector, Jaeger, provers and both routes."""
+
+    collector: Collector
+    jaeger: Jaeger
+    provers: list[Prover]
+    routes: dict[str, Stack]
+
+
+def _start_prover(name: str, port: int, workdir: Path, collector: Collector) -> Prover:
     spec = PROVERS[name]
     log = workdir / f"prover-{name}.log"
     hold = str(int(SETUP_DEADLINE_S + 60))  # killed at teardown long before
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "PROOFSCOPE_"))}
     env["PYTHONUNBUFFERED"] = "1"
-    if name == "cpu":
-        env["OTEL_EXPORTER_OTLP_ENDPOINT"] = f"http://127.0.0.1:{free_port()}"
+    env["OTEL_METRIC_EXPORT_INTERVAL"] = str(METRIC_EXPORT_MS)
+    if spec.traces_lost:  # per-signal endpoints, which configure() reads one by one
+        env["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"] = f"http://127.0.0.1:{free_port()}"
+        env["OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"] = collector.grpc_endpoint
+    else:
+        env["OTEL_EXPORTER_OTLP_ENDPOINT"] = collector.grpc_endpoint
     if spec.machine == "nvml":  # tests/nvml_machine.py and the fake_pynvml it builds on
         env["PYTHONPATH"] = os.pathsep.join(
             [str(ROOT / "tests"), *filter(None, [env.get("PYTHONPATH")])])
@@ -589,122 +548,150 @@ def _start_prover(name: str, port: int, workdir: Path) -> Prover:
     with log.open("w") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, text=True, env=env,
                                 cwd=workdir, start_new_session=True)
-    return Prover(name, spec.backend, port, proc, log)
+    return Prover(name, spec, port, proc, log)
 
 
-def _stop(proc: subprocess.Popen[Any]) -> None:
-    if proc.poll() is None:
-        proc.terminate()
+def _stop_provers(provers: list[Prover]) -> None:
+    # All at once: each may spend its flush bound on the dead trace endpoint.
+    for p in provers:
+        if p.proc.poll() is None:
+            p.proc.terminate()
+    for p in provers:
         try:
-            proc.wait(timeout=10)
+            p.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5)
+            p.proc.kill()
+            p.proc.wait(timeout=5)
+
+
+def _left(deadline: float) -> float:
+    return max(0.0, deadline - time.monotonic())
 
 
 @pytest.fixture(scope="module")
-def stack() -> Iterator[Stack]:
-    if PROMETHEUS is None:
-        pytest.skip("the prometheus binary (Debian package prometheus) is not installed")
-    workdir = Path(tempfile.mkdtemp(prefix="proofscope-prom-"))
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+    workdir = tmp_path_factory.mktemp("dashboards")
     deadline = time.monotonic() + SETUP_DEADLINE_S
     ports = {name: free_port() for name in PROVERS}
-    _Exposition.body = COLLECTOR_STYLE_EXPOSITION
-    exposition = ThreadingHTTPServer(("127.0.0.1", 0), _Exposition)
-    threading.Thread(target=exposition.serve_forever, daemon=True).start()
-
-    direct = yaml.safe_load((ROOT / "deploy/prometheus-direct.yml").read_text())
-    shipped = yaml.safe_load((ROOT / "deploy/prometheus.yml").read_text())
-    job = next(j for j in direct["scrape_configs"] if j["job_name"] == "proofscope")
-    job["static_configs"] = [{"targets": [f"127.0.0.1:{p}" for p in ports.values()]}]
-    collector_job = next(j for j in shipped["scrape_configs"]
-                         if j["job_name"] == "otel-collector")
-    collector_job["static_configs"] = [
-        {"targets": [f"127.0.0.1:{exposition.server_address[1]}"]}]
-    config = {"global": {"scrape_interval": f"{SCRAPE_S}s",
-                         "evaluation_interval": f"{SCRAPE_S}s"},
-              "scrape_configs": [job, collector_job]}
-    prom = Prometheus(config, workdir)
-    provers: list[Prover] = []
-    try:
-        prom.wait_ready(min(20.0, deadline - time.monotonic()))
-        # Provers start once Prometheus scrapes (its scrape manager applies targets on a
-        # 5 s tick): a counter's first sample is never an increase, so proofs finished
-        # before the first scrape would be invisible to rate().
-        sample_at = _wait_for_sample(prom, deadline)
-        _Exposition.body = b""
-        time.sleep(1.5 * SCRAPE_S)  # one more scrape: the sample's series go stale
+    with contextlib.ExitStack() as started:  # stops exactly what was started, in reverse
+        jaeger = Jaeger(workdir)
+        started.callback(jaeger.stop)
+        collector = Collector(["otel-collector.yaml"], workdir,
+                              env={"JAEGER_OTLP_ENDPOINT": jaeger.otlp_endpoint})
+        started.callback(collector.stop)
+        targets = {"collector": [f"127.0.0.1:{collector.prometheus}"],
+                   "direct": [f"127.0.0.1:{p}" for p in ports.values()]}
+        proms = {}
+        for route in ROUTES:
+            file, job = ROUTE_JOB[route]
+            proms[route] = Prometheus(scrape_config(file, job, targets[route], SCRAPE_S),
+                                      workdir, f"prometheus-{route}", ROUTE_FLAGS[route])
+            started.callback(proms[route].stop)
+        # Provers start once both scrape (the scrape manager applies targets on a 5 s
+        # tick): proofs finished before a route's first scrape would be invisible to rate().
+        for route in ROUTES:
+            want = len(targets[route])
+            wait_for(f"the {route} route's first scrapes",
+                     lambda p=proms[route], n=want: sum(values(p.query("count(up)"))) >= n,
+                     _left(deadline), proms[route].proc, proms[route].log)
+        provers: list[Prover] = []
+        started.callback(_stop_provers, provers)
         start = time.time()
-        provers += [_start_prover(name, port, workdir) for name, port in ports.items()]
-        st = Stack(prom, provers, start, sample_at)
-        _wait_for_proofs(st, deadline)
-        yield st
-    finally:
-        for p in provers:  # all at once: each may spend its flush bound on the dead collector
-            if p.proc.poll() is None:
-                p.proc.terminate()
-        for p in provers:
-            _stop(p.proc)
-        prom.stop()
-        exposition.shutdown()
-        shutil.rmtree(workdir, ignore_errors=True)
+        provers += [_start_prover(name, port, workdir, collector)
+                    for name, port in ports.items()]
+        w = World(collector, jaeger, provers,
+                  {r: Stack(r, proms[r], provers, start) for r in ROUTES})
+        _wait_for_proofs(w, deadline)
+        yield w
 
 
-def _wait_for_sample(prom: Prometheus, deadline: float) -> float:
-    """Until the collector-style sample has been scraped; returns a time it is live at."""
-    while not prom.query('target_info{exported_job="svc-through-collector"}'):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"prometheus never scraped: {prom.log.read_text()[-2000:]}")
-        time.sleep(0.2)
-    return time.time()
+@pytest.fixture
+def stack(request: pytest.FixtureRequest, world: World) -> Stack:
+    """The route a test is parametrized with (indirectly), else the collector's."""
+    route: str = getattr(request, "param", "collector")
+    return world.routes[route]
 
+
+#: Runs a test once per route.
+on_both_routes = pytest.mark.parametrize("stack", ROUTES, indirect=True)
 
 #: Every NVML device counter series of the machine (2 GPUs × transmit/receive) rising.
 _NVML_RISING = f"count(rate(hw_gpu_io_bytes_total[{RATE_INTERVAL}]) > 0)"
 NVML_IO_SERIES = 2 * len(NVML_MACHINE)
+_PROOF_SPANS = f'sum({SPANMETRICS_PREFIX}calls_total{{span_name="proof"}})'
+#: The connector publishes every metrics_flush_interval, a new series first at 0: two
+#: flushes after the last span, twice over for a loaded machine.
+_FLUSH_S = float(collector_config("otel-collector.yaml")["connectors"]["span_metrics"]
+                 ["metrics_flush_interval"].removesuffix("s"))
+SPANMETRICS_WAIT_S = 4 * _FLUSH_S
 
 
-def _wait_for_proofs(st: Stack, deadline: float) -> None:
-    """Until every prover's proofs (and the CPU prover's export failures) are in
-    Prometheus and the NVML machine's counters are seen rising, then two more scrapes
-    so the last increase is inside every rate window; bounded by ``deadline``."""
+def _missing(st: Stack) -> list[str]:
+    """What a route does not show yet: every prover's proofs, the CPU prover's losses and
+    the NVML machine's counters rising."""
+    running = [p for p in st.provers if p.unavailable() is None]
+    prom = st.prometheus
+    checks = [("proofs", sum(values(prom.query("sum(proof_duration_seconds_count)"))),
+               PROOFS * len(running)),
+              ("drops", len(prom.query("sum(proofscope_dropped_total) > 0")), 1),
+              ("NVML io series rising", sum(values(prom.query(_NVML_RISING))),
+               NVML_IO_SERIES)]
+    return [f"{st.route}: {what} {got:g}/{want:g}" for what, got, want in checks
+            if got < want]
+
+
+def _spans_missing(st: Stack) -> bool:
+    """Whether the Collector's spanmetrics lack a `proof` call of a traced proof."""
+    running = [p for p in st.provers if p.unavailable() is None]
+    got = sum(values(st.prometheus.query(_PROOF_SPANS)))
+    return got < PROOFS * sum(p.traced for p in running)
+
+
+def _wait_for_proofs(w: World, deadline: float) -> None:
+    """Until both routes show everything :func:`_missing` names (bounded by ``deadline``)
+    and the spanmetrics count every traced proof (bounded by SPANMETRICS_WAIT_S more),
+    then two more scrapes so the last increase is inside every rate window."""
+    spans_until: float | None = None
     while True:
-        for p in st.provers:
+        for p in w.provers:
             if p.proc.poll() is not None:
                 raise AssertionError(f"prover {p.name} exited {p.proc.returncode}: "
                                      f"{p.log.read_text()[-3000:]}")
-        running = [p for p in st.provers if p.unavailable() is None]
-        want = PROOFS * len(running)
-        got = sum(values(st.prometheus.query("sum(proof_duration_seconds_count)")))
-        dropped = st.prometheus.query("sum(proofscope_dropped_total) > 0")
-        rising = sum(values(st.prometheus.query(_NVML_RISING)))
-        if got >= want and dropped and rising >= NVML_IO_SERIES:
-            break
-        if time.monotonic() > deadline:
-            logs = "\n".join(p.log.read_text()[-1500:] for p in st.provers)
-            raise AssertionError(f"in time: {got}/{want} proofs scraped, drops seen: "
-                                 f"{bool(dropped)}, NVML io series rising: {rising}/"
-                                 f"{NVML_IO_SERIES}\n{logs}")
+        missing = [m for st in w.routes.values() for m in _missing(st)]
+        if not missing:
+            if not _spans_missing(w.routes["collector"]):
+                break
+            spans_until = spans_until or time.monotonic() + SPANMETRICS_WAIT_S
+            # Not a setup error: the spanmetrics tests and panels then fail, by name.
+            if time.monotonic() > min(spans_until, deadline):
+                break
+        elif time.monotonic() > deadline:
+            logs = "\n".join(p.log.read_text()[-1500:] for p in w.provers)
+            raise AssertionError(f"not within {SETUP_DEADLINE_S} s: {'; '.join(missing)}\n"
+                                 f"{logs}\n{w.collector.output()[-1500:]}")
         time.sleep(0.5)
     time.sleep(2.5 * SCRAPE_S)
-    st.end = time.time()
-    st.backends = {s["metric"]["proof_backend"] for s in st.prometheus.query(
-        "group by (proof_backend) (proof_duration_seconds_count)")}
+    end = time.time()
+    for st in w.routes.values():
+        st.end = end
+        st.backends = {s["metric"]["proof_backend"] for s in st.prometheus.query(
+            "group by (proof_backend) (proof_duration_seconds_count)", at=end)}
 
 
 def _family(name: str) -> str:
     return name.removesuffix("_bucket").removesuffix("_sum").removesuffix("_count")
 
 
-def _gap_reason(st: Stack, expr: str) -> str | None:
+def _gap_reason(st: Stack, expr: str, routes: Iterable[Stack]) -> str | None:
     """Why an empty GPU query is legitimately empty, or None when nothing excuses it.
 
     Only a metric that NO scraped process measures may be excused (by the capability
     gap a backend reported for it, or by wgpu finding no adapter here): once any process
-    has a series of it, an empty panel is the dashboard's fault.
+    has a series of it, on either route (the same processes feed both, so a name one
+    route lacks is a renaming fault, not a gap), an empty panel is the dashboard's fault.
     """
     names = {n for n, _ in selectors(expr)}
-    measured = sorted(n for n in names if st.measures(n))
+    measured = sorted(n for n in names if any(r.measures(n) for r in routes))
     if measured:
         return None
     if st.gpu_unavailable():
@@ -727,30 +714,31 @@ def _gap_reason(st: Stack, expr: str) -> str | None:
 # ── end to end ───────────────────────────────────────────────────────────────────────
 
 QUERIES = panel_queries()
+#: Every panel on the collector route; the direct route has no spanmetrics to feed them.
+ROUTE_QUERIES = [pytest.param(route, q, id=f"{route}:{q.id}") for route in ROUTES
+                 for q in QUERIES if route == "collector" or not q.spanmetrics]
 
 
-@pytest.mark.parametrize("q", QUERIES, ids=[q.id for q in QUERIES])
-def test_panel_query_returns_data(stack: Stack, q: PanelQuery) -> None:
-    if q.collector_only:
-        print(f"SKIP {q.id}: {SPANMETRICS_REASON}")
-        pytest.skip(f"{q.id}: {SPANMETRICS_REASON}")
+@pytest.mark.parametrize(("stack", "q"), ROUTE_QUERIES, indirect=["stack"])
+def test_panel_query_returns_data(world: World, stack: Stack, q: PanelQuery) -> None:
     expr = substitute(q.expr, stack.range_s)
     if q.instant:
         result = stack.prometheus.query(expr, at=stack.end)
     else:
-        result = stack.prometheus.query_range(expr, stack.start, stack.end)
+        result = stack.prometheus.query_range(expr, stack.start, stack.end, SCRAPE_S)
     if not result:
-        reason = _gap_reason(stack, q.expr)
+        reason = _gap_reason(stack, q.expr, world.routes.values())
         if reason is not None:
-            print(f"SKIP {q.id}: {reason}")
-            pytest.skip(f"{q.id}: {reason}")
-    assert result, f"{q.id}: no data for {expr}"
+            print(f"SKIP {stack.route}:{q.id}: {reason}")
+            pytest.skip(f"{stack.route}:{q.id}: {reason}")
+    assert result, f"{stack.route}:{q.id}: no data for {expr}"
     finite = [v for v in values(result) if math.isfinite(v)]
-    assert finite, f"{q.id}: only NaN/Inf for {expr}: {result[:3]}"
+    assert finite, f"{stack.route}:{q.id}: only NaN/Inf for {expr}: {result[:3]}"
 
 
-@pytest.mark.parametrize("v", variable_queries(),
-                         ids=[f"{v.dashboard}/${v.name}" for v in variable_queries()])
+@pytest.mark.parametrize(("stack", "v"), [
+    pytest.param(route, v, id=f"{route}:{v.dashboard}/${v.name}")
+    for route in ROUTES for v in variable_queries()], indirect=["stack"])
 def test_template_variable_has_values(stack: Stack, v: VariableQuery) -> None:
     m = _LABEL_VALUES.match(v.query)
     assert m, f"unsupported variable query {v.query!r}"
@@ -764,15 +752,24 @@ def test_template_variable_has_values(stack: Stack, v: VariableQuery) -> None:
     assert found, f"${v.name}: {v.query} has no values"
 
 
+@on_both_routes
+def test_service_variable_names_every_service(stack: Stack) -> None:
+    """$service offers each prover's service.name, whichever route fed target_info."""
+    found = stack.prometheus.api("label/service_name/values", start=stack.start,
+                                 end=stack.end, **{"match[]": "target_info"})
+    assert set(found) == {p.spec.service for p in stack.provers}
+
+
+@on_both_routes
 def test_rates_see_the_proofs(stack: Stack) -> None:
     """Not just series: the throughput panels show the proofs that ran."""
     per_min = stack.prometheus.query_range(
         substitute(f"sum(rate(proof_duration_seconds_count[{RATE_INTERVAL}])) * 60", 0),
-        stack.start, stack.end)
+        stack.start, stack.end, SCRAPE_S)
     assert max(values(per_min)) > 0
     rounds = stack.prometheus.query_range(
         f"sum(rate(proof_sumcheck_round_count_total[{RATE_INTERVAL}]))",
-        stack.start, stack.end)
+        stack.start, stack.end, SCRAPE_S)
     assert max(values(rounds)) > 0
     kinds = {s["metric"]["proof_layer_kind"] for s in stack.prometheus.query(
         "group by (proof_layer_kind) (proof_layer_duration_seconds_count)", at=stack.end)}
@@ -789,28 +786,37 @@ def _instant(stack: Stack, dashboard: str, panel: str, ref: str = "A") -> list[d
                                              stack.range_s), at=stack.end)
 
 
+def _over_range(stack: Stack, dashboard: str, panel: str,
+                ref: str = "A") -> list[dict[str, Any]]:
+    return stack.prometheus.query_range(
+        substitute(_panel_expr(dashboard, panel, ref), stack.range_s), stack.start,
+        stack.end, SCRAPE_S)
+
+
+@on_both_routes
 def test_both_backends_proved(stack: Stack) -> None:
     want = {"cpu"} if stack.gpu_unavailable() else {"cpu", "wgpu"}
     assert stack.backends == want
 
 
+@on_both_routes
 def test_drops_are_shown(stack: Stack) -> None:
-    """The CPU prover's collector is down: its losses, counted exactly, reach the panels."""
+    """The CPU prover's trace endpoint is down: its losses, counted, reach the panels."""
     (total,) = values(_instant(stack, "Proof overview", "Telemetry dropped"))
     assert total > 0
-    by_reason = stack.prometheus.query_range(
-        substitute(_panel_expr("Proof overview", "Telemetry dropped and rejected, by reason"),
-                   stack.range_s),
-        stack.start, stack.end)
-    reasons = {s["metric"].get("reason") for s in by_reason}
-    assert "export_failed" in reasons
+    by_reason = _over_range(stack, "Proof overview", "Telemetry dropped and rejected, by reason")
+    lost = {(s["metric"].get("proofscope_signal"), s["metric"].get("reason"))
+            for s in by_reason if max(values([s])) > 0}
+    assert ("spans", "export_failed") in lost
+    # Only the traces are lost: the metrics went to a live endpoint on both routes.
+    assert "metric_points" not in {signal for signal, _ in lost}
 
 
+@on_both_routes
 def test_gpu_panels_show_the_wgpu_run(stack: Stack) -> None:
     if stack.gpu_unavailable():
         pytest.skip(f"no GPU here ({stack.gpu_unavailable()})")
-    dispatches = stack.prometheus.query_range(
-        substitute(_panel_expr("GPU", "Dispatches / s"), stack.range_s), stack.start, stack.end)
+    dispatches = _over_range(stack, "GPU", "Dispatches / s")
     assert max(values(dispatches)) > 0
     (wgpu_id,) = {s["metric"]["hw_id"] for s in dispatches}
     devices = _instant(stack, "GPU", "Devices")
@@ -824,17 +830,152 @@ def test_gpu_panels_show_the_wgpu_run(stack: Stack) -> None:
         assert values(_instant(stack, "GPU", name)) == [0.0], name
 
 
-def test_collector_names_are_relabelled_to_the_dashboards(stack: Stack) -> None:
-    """deploy/prometheus.yml gives collector-scraped series the dashboards' names."""
-    at = stack.sample_at
-    util = stack.prometheus.query('hw_gpu_utilization{exported_job="svc-through-collector"}',
-                                  at=at)
-    assert values(util) == [0.25]
-    assert not stack.prometheus.query("hw_gpu_utilization_ratio", at=at)
-    info = stack.prometheus.query('target_info{service_name="svc-through-collector"}', at=at)
-    assert len(info) == 1
-    # … and the sample is gone before the provers start: it feeds no dashboard query.
-    assert not stack.prometheus.query('{exported_job="svc-through-collector"}', at=stack.start)
+# ── the Collector's own output ───────────────────────────────────────────────────────
+
+_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? \S+")
+_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+
+
+def _exposition(text: str) -> dict[str, list[dict[str, str]]]:
+    """Prometheus text exposition → series name → the label sets of its samples."""
+    out: dict[str, list[dict[str, str]]] = {}
+    for line in text.splitlines():
+        if m := _SAMPLE.match(line):
+            out.setdefault(m.group(1), []).append(dict(_LABEL.findall(m.group(2) or "")))
+    return out
+
+
+#: prometheus_client's default collectors (its process and interpreter), which the SDK
+#: exporter's endpoint serves beside the OTel metrics; no OTLP path carries them.
+CLIENT_DEFAULTS = ("process_", "python_")
+
+
+def _names(stack: Stack) -> set[str]:
+    """Every series name the route's Prometheus holds from its scrape job in the window,
+    less Prometheus's own per-target series."""
+    job = ROUTE_JOB[stack.route][1]
+    found = stack.prometheus.api("label/__name__/values", start=stack.start, end=stack.end,
+                                 **{"match[]": f'{{job="{job}"}}'})
+    return {n for n in found if n != "up" and not n.startswith(("scrape_", *CLIENT_DEFAULTS))}
+
+
+def test_collector_output_is_relabelled_to_the_dashboards(world: World) -> None:
+    """deploy/prometheus.yml renames what the real Collector serves to the dashboards'
+    names: its `_ratio` gauges to the SDK's, its `job` on target_info to service_name."""
+    served = _exposition(http_text(f"http://127.0.0.1:{world.collector.prometheus}/metrics")
+                         or "")
+    nvml = {w.gpu.uuid for w in NVML_MACHINE}
+    assert {s["hw_id"] for s in served.get("hw_gpu_utilization_ratio", [])} == nvml
+    assert "hw_gpu_utilization" not in served
+    services = {p.spec.service for p in world.provers}
+    assert {s["job"] for s in served["target_info"]} == services
+    assert not [s for s in served["target_info"] if "service_name" in s]
+
+    st = world.routes["collector"]
+    held = st.prometheus.query("hw_gpu_utilization", at=st.end)
+    assert {s["metric"]["hw_id"] for s in held} >= nvml
+    assert not st.prometheus.query('{__name__=~".+_ratio"}', at=st.end)
+    info = st.prometheus.query("target_info", at=st.end)
+    assert sorted(s["metric"]["service_name"] for s in info) == sorted(
+        p.spec.service for p in world.provers)
+    for s in info:
+        assert s["metric"]["service_name"] == s["metric"]["exported_job"]
+        assert s["metric"]["instance"] == f"127.0.0.1:{world.collector.prometheus}"
+
+
+def test_both_routes_give_the_dashboards_the_same_names(world: World) -> None:
+    """After relabelling, the Collector route holds exactly the direct scrape's series
+    names (plus spanmetrics): a dashboard query cannot tell the two deployments apart."""
+    through = _names(world.routes["collector"])
+    direct = _names(world.routes["direct"])
+    spanmetrics = {n for n in through if n.startswith(SPANMETRICS_PREFIX)}
+    assert spanmetrics
+    assert through - spanmetrics == direct
+
+
+def _by(result: list[dict[str, Any]], *labels: str) -> dict[tuple[str, ...], float]:
+    return {tuple(s["metric"].get(k, "") for k in labels): float(s["value"][1])
+            for s in result}
+
+
+def test_span_metrics_count_the_traced_proofs(world: World) -> None:
+    """The spanmetrics connector's `proof` series, built from the traces, agree with the
+    provers' own proof.duration histogram, built from metrics: one call per proof of
+    every prover whose traces reach the Collector, none of the one whose traces are lost."""
+    st = world.routes["collector"]
+    keys = ("service_name", "proof_system", "proof_backend")
+    span = '{span_name="proof"}'
+
+    def q(expr: str) -> dict[tuple[str, ...], float]:
+        return _by(st.prometheus.query(expr, at=st.end), *keys)
+
+    calls = q(f"sum by ({', '.join(keys)}) ({SPANMETRICS_PREFIX}calls_total{span})")
+    count = q(f"sum by ({', '.join(keys)}) ({SPANMETRICS_PREFIX}duration_seconds_count{span})")
+    seconds = q(f"sum by ({', '.join(keys)}) ({SPANMETRICS_PREFIX}duration_seconds_sum{span})")
+    proved = _by(st.prometheus.query(
+        'label_replace(sum by (exported_job, proof_system, proof_backend) '
+        '(proof_duration_seconds_count), "service_name", "$1", "exported_job", "(.*)")',
+        at=st.end), *keys)
+    proved_s = _by(st.prometheus.query(
+        'label_replace(sum by (exported_job, proof_system, proof_backend) '
+        '(proof_duration_seconds_sum), "service_name", "$1", "exported_job", "(.*)")',
+        at=st.end), *keys)
+    traced = {(p.spec.service, p.backend) for p in world.provers if p.traced}
+    lost = {(p.spec.service, p.backend) for p in world.provers if p.spec.traces_lost}
+    assert traced and lost
+    assert {(svc, backend) for svc, _, backend in proved} == traced | lost
+    want = {k: v for k, v in proved.items() if (k[0], k[2]) in traced}
+    assert set(want.values()) == {float(PROOFS)}
+    assert calls == want
+    assert count == want
+    # The same spans timed twice: the SDK records proof.duration from the proof span.
+    assert seconds.keys() == want.keys()
+    for k, s in seconds.items():
+        assert math.isclose(s, proved_s[k], rel_tol=1e-6), (k, s, proved_s[k])
+
+
+def test_span_metrics_name_the_layer_kinds(world: World) -> None:
+    """The connector's dimensions carry the layer kinds, and the span panels move."""
+    st = world.routes["collector"]
+    layers = st.prometheus.query(
+        f'sum by (proof_layer_kind, proof_layer_proof_kind) '
+        f'({SPANMETRICS_PREFIX}calls_total{{span_name="proof.layer"}})', at=st.end)
+    kinds = {s["metric"].get("proof_layer_kind") for s in layers}
+    assert kinds and kinds <= {k.value for k in LAYER_KIND_COLOURS}
+    assert all(s["metric"].get("proof_layer_proof_kind") for s in layers)
+    rate = _over_range(st, "Proof overview", "Span rate by span name")
+    rising = {s["metric"]["span_name"] for s in rate if max(values([s])) > 0}
+    assert {"proof", "proof.layer", "proof.verify"} <= rising
+    errors = _over_range(st, "Proof overview", "Span errors by span name")
+    assert values(errors) and max(values(errors)) == 0.0  # every proof verified
+
+
+EXEMPLAR_QUERIES = [pytest.param(q, id=q.id) for q in QUERIES if q.exemplar]
+
+
+@pytest.mark.parametrize("q", EXEMPLAR_QUERIES)
+def test_exemplars_open_a_trace_jaeger_holds(world: World, q: PanelQuery) -> None:
+    """A panel with exemplars on gets them from Prometheus (as compose runs it), and each
+    trace_id is a trace that Jaeger, behind the same Collector, holds."""
+    st = world.routes["collector"]
+    found = st.prometheus.api("query_exemplars", query=substitute(q.expr, st.range_s),
+                              start=st.start, end=st.end)
+    # The prover whose traces go to a dead endpoint has exemplars too, of traces no
+    # one holds: only the traced provers' series (by service and backend) count.
+    traced = {(p.spec.service, p.spec.backend) for p in world.provers if p.traced}
+    lost = {(p.spec.service, p.spec.backend) for p in world.provers if not p.traced}
+    ids = set()
+    for s in found:
+        labels = s["seriesLabels"]
+        key = (labels.get("exported_job") or labels.get("service_name"),
+               labels.get("proof_backend"))
+        if key in lost and key not in traced:
+            continue
+        ids |= {e["labels"]["trace_id"] for e in s["exemplars"] if "trace_id" in e["labels"]}
+    assert ids, f"{q.id}: no exemplar with a trace_id"
+    held = {t["traceID"] for p in world.provers if p.traced for t in
+            world.jaeger.traces(p.spec.service)}
+    assert ids <= held, f"{q.id}: exemplar traces {sorted(ids - held)[:3]} not in Jaeger"
 
 
 # ── the NVML machine ─────────────────────────────────────────────────────────────────
@@ -854,10 +995,10 @@ def _nvml_series(result: list[dict[str, Any]]) -> dict[tuple[str, ...], list[flo
 
 
 def _range(stack: Stack, panel: str, ref: str = "A") -> list[dict[str, Any]]:
-    return stack.prometheus.query_range(substitute(_panel_expr("GPU", panel, ref),
-                                                   stack.range_s), stack.start, stack.end)
+    return _over_range(stack, "GPU", panel, ref)
 
 
+@on_both_routes
 def test_nvml_devices_are_listed(stack: Stack) -> None:
     """The Devices table names both sampled GPUs with the identity NVML gave."""
     rows = {d["metric"]["hw_id"]: d["metric"] for d in _instant(stack, "GPU", "Devices")}
@@ -868,6 +1009,7 @@ def test_nvml_devices_are_listed(stack: Stack) -> None:
         assert rows[uuid]["hw_state"] == "ok"
 
 
+@on_both_routes
 def test_hw_id_variable_lists_sampled_devices(stack: Stack) -> None:
     """$hw_id offers the NVML devices too, not only devices a prover dispatched to."""
     var = next(v for v in variable_queries() if v.dashboard == "GPU" and v.name == "hw_id")
@@ -878,6 +1020,7 @@ def test_hw_id_variable_lists_sampled_devices(stack: Stack) -> None:
     assert set(NVML_IDS) <= set(found)
 
 
+@on_both_routes
 def test_nvml_utilization_follows_the_workload(stack: Stack) -> None:
     util = _nvml_series(_range(stack, "GPU utilization"))
     assert {k[0] for k in util} == set(NVML_IDS)
@@ -886,6 +1029,7 @@ def test_nvml_utilization_follows_the_workload(stack: Stack) -> None:
         assert max(vs) > min(vs), f"{uuid}: utilization never moved: {vs}"
 
 
+@on_both_routes
 def test_nvml_memory_used_is_within_the_limit(stack: Stack) -> None:
     used = _nvml_series(_range(stack, "GPU memory used / limit", "A"))
     limit = _nvml_series(_range(stack, "GPU memory used / limit", "B"))
@@ -895,6 +1039,7 @@ def test_nvml_memory_used_is_within_the_limit(stack: Stack) -> None:
         assert len(set(used[(uuid,)])) > 1, f"{uuid}: memory use never moved"
 
 
+@on_both_routes
 def test_nvml_pcie_traffic_in_both_directions(stack: Stack) -> None:
     io = _nvml_series(_range(stack, "Effective transfer bandwidth", "C"))
     assert set(io) == {(u, d) for u in NVML_IDS for d in ("receive", "transmit")}
@@ -902,6 +1047,7 @@ def test_nvml_pcie_traffic_in_both_directions(stack: Stack) -> None:
         assert max(rates) > 0, key
 
 
+@on_both_routes
 def test_nvml_ecc_errors_are_rated(stack: Stack) -> None:
     errors = _nvml_series(_range(stack, "Faults / retries / recoveries per second", "D"))
     assert set(errors) == {(u, e) for u in NVML_IDS
@@ -912,6 +1058,7 @@ def test_nvml_ecc_errors_are_rated(stack: Stack) -> None:
         assert (max(rates) > 0) is rising, (uuid, kind, rates)
 
 
+@on_both_routes
 def test_nvml_gaps_are_in_the_table(stack: Stack) -> None:
     """NVML cannot give profiler counters: the gap table says so next to wgpu's."""
     gaps = {(g["metric"]["gpu_backend"], g["metric"]["gpu_capability"])
@@ -923,7 +1070,9 @@ DEVICE_QUERIES = [q for q in QUERIES if q.dashboard == "GPU" and "{{" in q.legen
                   and all(n.startswith("hw_") for n, _ in selectors(q.expr))]
 
 
-@pytest.mark.parametrize("q", DEVICE_QUERIES, ids=[q.id for q in DEVICE_QUERIES])
+@pytest.mark.parametrize(("stack", "q"), [
+    pytest.param(route, q, id=f"{route}:{q.id}") for route in ROUTES for q in DEVICE_QUERIES],
+    indirect=["stack"])
 def test_device_legends_name_real_labels(stack: Stack, q: PanelQuery) -> None:
     """Every {{label}} of a device panel's legend is on every series it returns (a label
     the sampler does not emit would leave the legend blank)."""
