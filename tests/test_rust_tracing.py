@@ -589,33 +589,35 @@ def test_missing_prover_says_cannot_start_not_exited(tmp_path: Path) -> None:
     assert "exited with code" not in proc.stderr
 
 
-# ── tracing-forest trees (the crate's documented Pretty format) ─────────────────────
-# Debian ships no tracing-forest crate, so these lines follow its printer
-# (tracing-forest/src/printer/pretty.rs: `{level:<8} `, 3-character indent units,
-# `name [ DURATION | BASE% / TOTAL% ]`, events `icon [tag]: message | key: value`).
-
-FOREST = """\
-\x1b[1;32mINFO    \x1b[0m prove [ 1.20s | 2.10% / 100.00% ] mode: Compressed
-INFO     ┝━ core prove with pk [ 1.10s | 0.50% / 91.67% ]
-INFO     │  ┝━ prove shard with data [ 600ms | 1.00% / 50.00% ] shard: 0
-INFO     │  │  ┝━ commit traces [ 300ms | 25.00% ]
-DEBUG    │  │  ┕━ ｉ [debug]: committed | rows: 1024
-INFO     │  ┕━ prove shard with data [ 494ms | 41.17% ] shard: 1
-INFO     ┕━ prove shrink [ 75.3ms | 6.28% ]
-INFO        ┕━ ｉ [info]: shrunk
-""".splitlines()
+# ── tracing-forest trees ─────────────────────────────────────────────────────────────
+# The reference is a real capture: tests/plonky3_prover (Plonky3 0.8.0's Keccak prover)
+# with RUST_LOG=debug, printed by tracing-forest 0.3.1's ForestLayer, ANSI as printed.
+# tests/test_plonky3.py runs the program itself and compares with its OTLP export.
+FOREST = (REPO / "tests" / "fixtures" / "plonky3_forest_debug.txt").read_text().splitlines()
+# Events: Plonky3 prints none, so these two lines follow the printer's event format
+# (tracing-forest src/printer/pretty.rs: `icon [tag]: message | key: value`).
+FOREST_EVENTS = [
+    "INFO     prove [ 1.20s | 2.10% / 100.00% ] mode: Compressed",
+    "DEBUG    ┕━ ｉ [debug]: committed | rows: 1024",
+]
 
 
 def test_forest_lines() -> None:
     root = parse_forest_line(FOREST[0])
-    assert root is not None and (root.name, root.depth, root.duration_ns) == (
-        "prove", 0, 1_200_000_000)
-    assert root.fields == (("mode", "Compressed"),)
-    event = parse_forest_line(FOREST[4])
-    assert event is not None and event.event and event.depth == 3
+    assert root is not None and (root.name, root.depth) == ("plonky3-prover", 0)
+    assert dict(root.fields) == {"log_rows": "10", "hashes": "42"}
+    assert root.duration_ns == 419_000_000
+    nodes = [parse_forest_line(t) for t in FOREST]
+    unread = [t for t, n in zip(FOREST, nodes, strict=True) if n is None]
+    assert not unread, unread
+    merkle = next(n for n in nodes if n is not None and n.name == "build merkle tree")
+    assert (merkle.level, merkle.depth, dict(merkle.fields)) == (
+        "DEBUG", 4, {"dimensions": '"[2633x2048]"'})
+    tiny = next(n for n in nodes if n is not None and n.name == "reserve_exact")
+    assert tiny.duration_ns == 221
+    event = parse_forest_line(FOREST_EVENTS[1])
+    assert event is not None and event.event and event.depth == 1
     assert (event.name, event.fields) == ("committed", (("tag", "debug"), ("rows", "1024")))
-    null_indent = parse_forest_line(FOREST[7])
-    assert null_indent is not None and null_indent.depth == 2
     for other in (COMPACT_ANSI, " INFO prove: proof done", "INFO: [ 1s | 1% ]",
                   "INFO     │  continued message"):
         assert parse_forest_line(other) is None
@@ -628,15 +630,19 @@ def test_forest_tree_and_packed_layout() -> None:
         out += a.add(parse_forest_line(text), 10**12)
     out += a.add(None, 0)  # the next line is not part of the tree
     ((root, arrival),) = out
-    assert [c.name for c in root.children] == ["core prove with pk", "prove shrink"]
-    core = root.children[0]
-    assert [dict(s.fields)["shard"] for s in core.children] == ["0", "1"]
+    assert [c.name for c in root.children] == ["generate Keccak trace", "prove", "verify"]
+    assert sum(1 for _ in root.walk()) == len(FOREST)
+    prove = root.children[1]
+    (stark,) = prove.children
+    assert [c.name for c in stark.children] == [
+        "get_log_num_quotient_chunks", "commit to trace data", "quotient_values",
+        "commit to quotient poly chunks", "open"]
     layout = forest_layout(root, arrival)
-    assert layout[id(root)] == (10**12 - 1_200_000_000, 10**12)
-    s0, s1 = core.children
+    assert layout[id(root)] == (10**12 - 419_000_000, 10**12)
+    first, second = root.children[:2]
     # Placed one after the other from the parent's start; lengths as printed.
-    assert layout[id(s0)] == (layout[id(core)][0], layout[id(core)][0] + 600_000_000)
-    assert layout[id(s1)][0] == layout[id(s0)][1]
+    assert layout[id(first)] == (layout[id(root)][0], layout[id(root)][0] + first.duration_ns)
+    assert layout[id(second)][0] == layout[id(first)][1]
 
 
 @settings(max_examples=100, deadline=None)
@@ -682,19 +688,21 @@ def test_generated_forest_trees_come_back_whole(tree: Node, ansi: bool) -> None:
 def test_forest_tree_under_proofscope_run(tmp_path: Path) -> None:
     script = "import sys\nsys.stdout.write(sys.argv[1])\n"
     proc, spans = _run(tmp_path, "--", sys.executable, "-c", script,
-                       "\n".join(FOREST) + "\nproof written\n")
+                       "\n".join(FOREST + FOREST_EVENTS) + "\nproof written\n")
     assert proc.returncode == 0, proc.stderr
-    assert "rust-tracing: 6 spans from 1 tracing-forest tree\n" in proc.stderr
+    assert f"rust-tracing: {len(FOREST) + 1} spans from 2 tracing-forest trees\n" in proc.stderr
     root = _tree(spans)
-    (prove,) = root["children"]
-    assert prove["attrs"]["proofscope.timing"] == Timing.LOG_TREE
-    assert prove["attrs"]["busy_ns"] == 1_200_000_000 and prove["attrs"]["mode"] == "Compressed"
-    assert prove["attrs"]["proofscope.rust.packed"] is True
-    core, shrink = prove["children"]
-    assert [s["attrs"]["shard"] for s in core["children"]] == [0, 1]
-    assert shrink["name"] == "prove shrink"
-    (shrunk,) = next(s for s in spans if s["name"] == "prove shrink")["events"]
-    assert shrunk["name"] == "shrunk"
+    prover, prove = sorted(root["children"], key=lambda c: c["name"] != "plonky3-prover")
+    assert (prover["name"], prove["name"]) == ("plonky3-prover", "prove")
+    assert prover["attrs"]["proofscope.timing"] == Timing.LOG_TREE
+    assert prover["attrs"]["busy_ns"] == 419_000_000
+    assert (prover["attrs"]["log_rows"], prover["attrs"]["hashes"]) == (10, 42)
+    assert prover["attrs"]["proofscope.rust.packed"] is True
+    assert [c["name"] for c in prover["children"]] == [
+        "generate Keccak trace", "prove", "verify"]
+    (with_events,) = [s for s in spans if s.get("events")]
+    assert with_events["name"] == "prove"
+    assert [e["name"] for e in with_events["events"]] == ["committed"]
 
 
 # ── --map names ──────────────────────────────────────────────────────────────────────
