@@ -3,8 +3,9 @@
 The README's "Set up" section holds exactly two commands: one that installs and runs
 ``proofscope demo`` and one that runs the tests. The first must work on a stock Debian
 or Ubuntu Python (PEP 668 refuses ``pip install`` outside a virtual environment), and
-the text must say which Python it needs and what ``scripts/test`` installs — read here
-from ``pyproject.toml`` and ``scripts/test`` themselves, so the README cannot drift.
+the text must say which Python it needs; CONTRIBUTING.md must say what ``scripts/test``
+installs — read here from ``pyproject.toml`` and ``scripts/test`` themselves, so neither
+can drift.
 ``scripts/test`` must never stop a Prometheus it did not start.
 """
 
@@ -19,6 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
 SCRIPT = (ROOT / "scripts" / "test").read_text()
+CONTRIBUTING = (ROOT / "CONTRIBUTING.md").read_text()
 
 
 def setup_section() -> str:
@@ -55,17 +57,21 @@ def test_python_version_stated_as_pyproject_requires() -> None:
     assert f"Python ≥ {m.group(1)}" in setup_section()
 
 
-def test_readme_says_what_scripts_test_installs() -> None:
+def test_contributing_says_what_scripts_test_installs() -> None:
     m = re.search(r"APT_PACKAGES=\(([^)]*)\)", SCRIPT)
     assert m
     apt = m.group(1).split()
     assert apt
     pip = re.search(r"pip install [^\n]*-e '(\.\[[^\]]+\])'", SCRIPT)
     assert pip
-    section = setup_section()
     for pkg in apt:
-        assert f"`{pkg}`" in section, pkg
-    assert f"pip install -e '{pip.group(1)}'" in section
+        assert f"`{pkg}`" in CONTRIBUTING, pkg
+    assert f"pip install -e '{pip.group(1)}'" in CONTRIBUTING
+    assert "CONTRIBUTING.md" in setup_section()
+    peers = re.findall(r"^\s+(\S+)\) build_", (ROOT / "scripts" / "peers").read_text(), re.M)
+    assert len(peers) == 4, peers
+    for peer in peers:
+        assert f"`{peer}`" in CONTRIBUTING, peer
 
 
 def test_scripts_test_never_stops_a_foreign_prometheus() -> None:
