@@ -60,6 +60,24 @@ def _attrs(items: list[dict[str, Any]]) -> dict[str, Any]:
     return {t["key"]: t["value"] for t in items}
 
 
+def _span_metrics(stack: Stack, service: str, spans: int) -> dict[str, float]:
+    """span name → calls, from the Collector's Prometheus exporter, once it has counted
+    ``spans`` spans of the service (the connector flushes every few seconds)."""
+    def counted() -> dict[str, float] | None:
+        text = http_text(f"http://127.0.0.1:{stack.collector.prometheus}/metrics") or ""
+        found: dict[str, float] = {}
+        for line in text.splitlines():
+            if line.startswith("traces_span_metrics_calls_total{") \
+                    and f'service_name="{service}"' in line:
+                name = re.search(r'span_name="([^"]+)"', line)
+                assert name
+                found[name.group(1)] = found.get(name.group(1), 0) + float(line.split()[-1])
+        return found if sum(found.values()) >= spans else None
+    calls: dict[str, float] = wait_for(f"span metrics of {service}", counted, 30,
+                                       stack.collector.proc, stack.collector.log, every_s=0.5)
+    return calls
+
+
 def _one_trace(jaeger: Jaeger, service: str, spans: int) -> dict[str, Any]:
     """The service's only trace, once Jaeger holds ``spans`` spans of it."""
     def ready() -> dict[str, Any] | None:
@@ -135,19 +153,7 @@ def test_the_demo_s_proof_is_one_whole_trace_in_jaeger(stack: Stack) -> None:
                                                       "proof.attention.heatmap")]
 
     # The span-metrics connector counted the same spans by name (Prometheus exposition).
-    def counted() -> dict[str, float] | None:
-        text = http_text(f"http://127.0.0.1:{stack.collector.prometheus}/metrics") or ""
-        found: dict[str, float] = {}
-        for line in text.splitlines():
-            if line.startswith("traces_span_metrics_calls_total{") \
-                    and f'service_name="{service}"' in line:
-                name = re.search(r'span_name="([^"]+)"', line)
-                assert name
-                found[name.group(1)] = found.get(name.group(1), 0) + float(line.split()[-1])
-        return found if sum(found.values()) >= sent_spans else None
-    calls = wait_for("span metrics of the demo", counted, 30, stack.collector.proc,
-                     stack.collector.log, every_s=0.5)
-    assert calls == {k: float(v) for k, v in names.items()}
+    assert _span_metrics(stack, service, sent_spans) == {k: float(v) for k, v in names.items()}
 
 
 def test_a_plonky3_proof_is_one_whole_trace_in_jaeger(stack: Stack) -> None:
@@ -177,5 +183,8 @@ def test_a_plonky3_proof_is_one_whole_trace_in_jaeger(stack: Stack) -> None:
         assert parent is not None
         return str(by_id[parent]["operationName"])
     assert parent_name("commit phase") == "FRI prover"
+    spans = Counter(s["operationName"] for s in trace["spans"])
+    assert _span_metrics(stack, service, len(trace["spans"])) == {
+        k: float(v) for k, v in spans.items()}
     assert parent_name("query phase") == "FRI prover"
     assert parent_name("commit to trace data") == "prove_with_preprocessed"
